@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# etcd, kwok, kwokctl) and helm from the Go module proxy into a cache outside the repo.
+# Idempotent: a component already in the cache is not rebuilt. Prints progress.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+HELM_VERSION="${HELM_VERSION:-v3.19.0}"
+CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
+BIN="$CACHE/bin"
+WORK="$CACHE/build"
+
+mkdir -p "$BIN" "$WORK"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}" CGO_ENABLED=0
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+have() { [ -x "$BIN/$1" ] && [ -f "$BIN/.$1.version" ] && [ "$(cat "$BIN/.$1.version")" = "$2" ]; }
+mark() { echo "$2" > "$BIN/.$1.version"; }
+
+# k8s.io/kubernetes pins its staging modules at v0.0.0 and replaces them with local paths, which a
+# dependent module ignores; a wrapper module replaces each with the published v0.<minor>.<patch>.
+build_kubernetes() {
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl) missing=()
+  for b in "${want[@]}"; do have "$b" "$K8S_VERSION" || missing+=("$b"); done
+  [ ${#missing[@]} -eq 0 ] && { log "kubernetes $K8S_VERSION: cached"; return; }
+  local dir="$WORK/kubernetes-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
+  mkdir -p "$dir" && cd "$dir"
+  [ -f go.mod ] || go mod init psoperator.local/build/kubernetes >/dev/null 2>&1
+  log "kubernetes $K8S_VERSION: resolving modules"
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  go mod edit -require "k8s.io/kubernetes@$K8S_VERSION"
+  grep -oE '^\s+k8s\.io/[a-z0-9-]+ v0\.0\.0' "$gomod" | awk '{print $1}' | sort -u | while read -r m; do
+    go mod edit -replace "$m=$m@$staging"
+  done
+  {
+    echo '//go:build tools'
+    echo 'package tools'
+    echo 'import ('
+    for b in "${want[@]}"; do echo "  _ \"k8s.io/kubernetes/cmd/$b\""; done
+    echo ')'
+  } > tools.go
+  go mod tidy >/dev/null
+  local pkg="k8s.io/component-base/version" minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local ld="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  for b in "${missing[@]}"; do
+    log "kubernetes $K8S_VERSION: building $b (several minutes on 2 cores)"
+    go build -trimpath -ldflags "$ld" -o "$BIN/$b" "k8s.io/kubernetes/cmd/$b"
+    mark "$b" "$K8S_VERSION"
+  done
+}
+
+# etcd's server module has the same v0.0.0-style pins on its sibling modules; a wrapper main calls
+# etcdmain like the upstream binary does.
+build_etcd() {
+  have etcd "$ETCD_VERSION" && { log "etcd $ETCD_VERSION: cached"; return; }
+  local dir="$WORK/etcd-$ETCD_VERSION"
+  mkdir -p "$dir" && cd "$dir"
+  [ -f go.mod ] || go mod init psoperator.local/build/etcd >/dev/null 2>&1
+  cat > main.go <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  go mod edit -require "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  go mod tidy >/dev/null
+  log "etcd $ETCD_VERSION: building"
+  go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" .
+  mark etcd "$ETCD_VERSION"
+}
+
+build_installable() {  # name version package
+  have "$1" "$2" && { log "$1 $2: cached"; return; }
+  log "$1 $2: building"
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w ${4:-}" "$3@$2"
+  mark "$1" "$2"
+}
+
+log "cache: $BIN"
+build_etcd
+build_installable kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+build_installable kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+build_installable helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+build_kubernetes
+log "done: $(ls "$BIN" | tr '\n' ' ')"

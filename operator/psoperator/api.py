@@ -1,0 +1,285 @@
+"""The PSTrainingJob API (psoperator.io/v1alpha1) as typed models.
+
+These models are the one source of the CRD's schema (see crd.py) and what the operator parses a
+job's spec into. Field descriptions become the CRD's, so `kubectl explain` shows them. Pod
+templates and volumes stay plain dicts here: the CRD validates them with the upstream Kubernetes
+schema, and the renderers pass them through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
+
+# Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
+POD_TEMPLATE = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
+VOLUME_SOURCE = {"x-psoperator-upstream": "io.k8s.api.core.v1.Volume"}
+
+MAX_REPLICAS = 1000
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+
+class ChiefSpec(_Model):
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=1,
+        description="Always 1: TensorFlow's ParameterServerStrategy has exactly one chief (the coordinator).",
+    )
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Pod template of the chief. Its completion is the job's success.",
+        json_schema_extra=POD_TEMPLATE,
+    )
+
+
+class ReplicatedRoleSpec(_Model):
+    replicas: int = Field(
+        1, ge=1, le=MAX_REPLICAS, description="Number of tasks of this role (1 to 1000)."
+    )
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Pod template of every task of this role. Request GPUs through "
+            'resources.limits["nvidia.com/gpu"].'
+        ),
+        json_schema_extra=POD_TEMPLATE,
+    )
+
+
+class EvaluatorSpec(_Model):
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Pod template of the evaluator, which follows the checkpoints. It is not part of the "
+            "TensorFlow cluster spec."
+        ),
+        json_schema_extra=POD_TEMPLATE,
+    )
+
+
+class CheckpointSpec(_Model):
+    dir: str = Field(
+        ...,
+        min_length=1,
+        max_length=1024,
+        description=(
+            "Where checkpoints are written and restored from: an absolute path inside the pods "
+            "(shared by chief and parameter servers, which write their own shards) or a gs://, "
+            "s3:// or hdfs:// URI."
+        ),
+    )
+    volume: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "A volume source (for example persistentVolumeClaim) mounted at dir in the chief, "
+            "parameter servers, workers and evaluator. Only for a path dir."
+        ),
+        json_schema_extra=VOLUME_SOURCE,
+    )
+    interval_steps: int | None = Field(
+        None, alias="intervalSteps", ge=1, description="Checkpoint every this many global steps."
+    )
+    interval_seconds: int | None = Field(
+        None, alias="intervalSeconds", ge=1, description="Checkpoint at least this often, in seconds."
+    )
+
+
+class FailurePolicy(_Model):
+    max_restarts: int = Field(
+        5,
+        alias="maxRestarts",
+        ge=0,
+        le=10000,
+        description=(
+            "How many coordinated restarts (parameter server or chief lost) the job may make before "
+            "it fails. A restart after which a newer checkpoint was written does not count."
+        ),
+    )
+    permanent_exit_codes: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_PERMANENT_EXIT_CODES),
+        alias="permanentExitCodes",
+        max_length=255,
+        description=(
+            "Chief exit codes that fail the job at once instead of restarting it (1 to 255). The "
+            "trainer runtime exits 1 for a bug in user code and 2 for bad configuration."
+        ),
+    )
+    stall_timeout_seconds: int | None = Field(
+        None,
+        alias="stallTimeoutSeconds",
+        ge=1,
+        description=(
+            "Set the Stalled condition when the global step has not advanced for this long while "
+            "every pod runs. Off when unset."
+        ),
+    )
+    connect_timeout_seconds: int = Field(
+        600,
+        alias="connectTimeoutSeconds",
+        ge=1,
+        description="How long the chief waits for its peers before it exits to be restarted.",
+    )
+    startup_error_grace_seconds: int = Field(
+        300,
+        alias="startupErrorGraceSeconds",
+        ge=0,
+        description=(
+            "How long an image pull or container config error may last before the job fails."
+        ),
+    )
+
+
+class RunPolicy(_Model):
+    suspend: bool = Field(
+        False,
+        description=(
+            "Delete the job's pods and keep everything else; set back to false to resume from the "
+            "latest checkpoint."
+        ),
+    )
+    active_deadline_seconds: int | None = Field(
+        None,
+        alias="activeDeadlineSeconds",
+        ge=1,
+        description="Fail the job when it has been running for longer than this.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None,
+        alias="ttlSecondsAfterFinished",
+        ge=0,
+        description="Delete the job this many seconds after it succeeded or failed.",
+    )
+    clean_pod_policy: Literal["All", "Running", "None"] = Field(
+        "All",
+        alias="cleanPodPolicy",
+        description=(
+            "Which pods to delete when the job finishes: All, Running (only those still running) "
+            "or None."
+        ),
+    )
+
+
+class SchedulingSpec(_Model):
+    scheduler_name: str | None = Field(
+        None, alias="schedulerName", description="Scheduler of every pod, e.g. volcano."
+    )
+    priority_class_name: str | None = Field(
+        None, alias="priorityClassName", description="PriorityClass of every pod."
+    )
+
+
+class EmbeddingTable(_Model):
+    name: str = Field(..., min_length=1, max_length=253, description="Name of the table.")
+    rows: int = Field(..., ge=1, description="Vocabulary size (rows).")
+    dim: int = Field(..., ge=1, description="Embedding dimension (columns).")
+
+
+class ModelHints(_Model):
+    parameters: int | None = Field(
+        None, ge=1, description="Total number of trainable parameters held by the parameter servers."
+    )
+    embeddings: list[EmbeddingTable] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Embedding tables, partitioned across the parameter servers.",
+    )
+    bytes_per_parameter: int = Field(
+        4, alias="bytesPerParameter", ge=1, le=8, description="4 for float32, 2 for bfloat16/float16."
+    )
+    optimizer: Literal["sgd", "momentum", "adagrad", "adam", "adamw", "ftrl"] = Field(
+        "adam", description="Optimizer; decides how many slot copies of each parameter the PS hold."
+    )
+    max_shard_bytes: int | None = Field(
+        None, alias="maxShardBytes", ge=1, description="Largest shard of a partitioned variable."
+    )
+    enforce: bool = Field(
+        False,
+        description=(
+            "Refuse to start when the parameter servers' memory cannot hold their share, instead "
+            "of a warning."
+        ),
+    )
+
+
+class PSTrainingJobSpec(_Model):
+    image: str | None = Field(
+        None, min_length=1, description="Image of every container whose template names none."
+    )
+    port: int = Field(2222, ge=1, le=65535, description="gRPC port of every TensorFlow task.")
+    chief: ChiefSpec = Field(..., description="The chief, which runs the coordinator.")
+    ps: ReplicatedRoleSpec = Field(..., description="The parameter servers, which hold the variables.")
+    worker: ReplicatedRoleSpec = Field(..., description="The workers, which compute the gradients.")
+    evaluator: EvaluatorSpec | None = Field(None, description="An optional evaluator.")
+    checkpoint: CheckpointSpec = Field(..., description="Checkpoint storage, shared by all roles.")
+    failure_policy: FailurePolicy = Field(
+        default_factory=FailurePolicy, alias="failurePolicy", description="How failures are handled."
+    )
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy, alias="runPolicy", description="Suspension, deadlines, clean-up."
+    )
+    scheduling: SchedulingSpec = Field(
+        default_factory=SchedulingSpec, description="Scheduling settings applied to every pod."
+    )
+    model: ModelHints | None = Field(
+        None, description="Model size hints, used to check that the parameter servers fit it."
+    )
+
+
+# --- status -------------------------------------------------------------------------------------
+
+Phase = Literal["Pending", "Creating", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+
+
+class Condition(_Model):
+    type: str = Field(..., description="Created, Running, Restarting, Succeeded, Failed, Suspended, ...")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(..., description="CamelCase reason for the last transition.")
+    message: str = Field("", description="Human-readable details.")
+    last_transition_time: str = Field(..., alias="lastTransitionTime")
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+
+
+class ReplicaStatus(_Model):
+    desired: int = 0
+    ready: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    restarts: int = Field(0, description="Container restarts and pod replacements observed.")
+
+
+class FailureRecord(_Model):
+    role: str
+    index: int | None = None
+    pod: str | None = None
+    exit_code: int | None = Field(None, alias="exitCode")
+    reason: str = Field(..., description="OOMKilled, Error, Evicted, Preempted, NodeLost, ...")
+    message: str = ""
+    time: str
+
+
+class CheckpointStatus(_Model):
+    step: int
+    path: str | None = None
+    time: str | None = None
+
+
+class PSTrainingJobStatus(_Model):
+    phase: Phase = "Pending"
+    conditions: list[Condition] = Field(default_factory=list)
+    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, alias="replicaStatuses")
+    restarts: int = Field(0, description="Coordinated restarts counted against maxRestarts.")
+    step: int | None = Field(None, description="Latest global step reported by the chief.")
+    resumed_from_step: int | None = Field(None, alias="resumedFromStep")
+    checkpoint: CheckpointStatus | None = None
+    last_failure: FailureRecord | None = Field(None, alias="lastFailure")
+    start_time: str | None = Field(None, alias="startTime")
+    completion_time: str | None = Field(None, alias="completionTime")
+    observed_generation: int | None = Field(None, alias="observedGeneration")

@@ -1,0 +1,108 @@
+"""The contract between the operator and the training runtime in its pods.
+
+This module is the one place both sides read: the environment the operator injects into every
+training container, the exit codes the runtime uses and the failure policy understands, and the
+progress document the chief serves over HTTP and writes as its termination message. It depends on
+pydantic only, so the trainer image can install it without the operator's dependencies.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class Role(enum.StrEnum):
+    CHIEF = "chief"
+    PS = "ps"
+    WORKER = "worker"
+    EVALUATOR = "evaluator"
+
+
+# Roles that form the TensorFlow cluster spec; TF keeps the evaluator out of it.
+CLUSTER_ROLES: tuple[Role, ...] = (Role.CHIEF, Role.PS, Role.WORKER)
+
+# Environment injected into every training container.
+ENV_TF_CONFIG = "TF_CONFIG"
+ENV_ROLE = "PSOP_ROLE"
+ENV_TASK_INDEX = "PSOP_TASK_INDEX"
+ENV_JOB_NAME = "PSOP_JOB_NAME"
+ENV_NAMESPACE = "PSOP_NAMESPACE"
+ENV_POD_NAME = "PSOP_POD_NAME"
+ENV_CHECKPOINT_DIR = "PSOP_CHECKPOINT_DIR"
+ENV_CHECKPOINT_INTERVAL_STEPS = "PSOP_CHECKPOINT_INTERVAL_STEPS"
+ENV_CHECKPOINT_INTERVAL_SECONDS = "PSOP_CHECKPOINT_INTERVAL_SECONDS"
+ENV_CONNECT_TIMEOUT_SECONDS = "PSOP_CONNECT_TIMEOUT_SECONDS"
+ENV_PROGRESS_PORT = "PSOP_PROGRESS_PORT"
+ENV_TERMINATION_MESSAGE_PATH = "PSOP_TERMINATION_MESSAGE_PATH"
+
+# The chief serves GET /progress (ProgressReport as JSON) and GET /metrics (Prometheus) here.
+DEFAULT_PROGRESS_PORT = 8470
+PROGRESS_PATH = "/progress"
+METRICS_PATH = "/metrics"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The kubelet keeps at most 4096 bytes of a termination message.
+TERMINATION_MESSAGE_LIMIT = 4096
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes of the training runtime, and what the operator's failure policy makes of them."""
+
+    SUCCEEDED = 0
+    # A bug in user code (an exception that is not a transient TensorFlow error): retrying cannot help.
+    PERMANENT = 1
+    # TF_CONFIG, the environment or the arguments are wrong: retrying cannot help.
+    BAD_CONFIG = 2
+    # Unavailable, Aborted, DeadlineExceeded, Cancelled, or a peer that never came: restart and resume.
+    RETRYABLE = 138
+    # 128 + SIGTERM: the pod was asked to stop (deletion, eviction, preemption).
+    TERMINATED = 143
+
+
+# Exit codes that the default failure policy treats as final.
+DEFAULT_PERMANENT_EXIT_CODES: tuple[int, ...] = (ExitCode.PERMANENT, ExitCode.BAD_CONFIG)
+
+
+class ProgressReport(BaseModel):
+    """What the chief reports about training: served at PROGRESS_PATH, written as termination message."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    state: Literal["starting", "running", "succeeded", "failed"] = "starting"
+    step: int = Field(0, ge=0, description="Global step the chief has reached.")
+    total_steps: int | None = Field(None, alias="totalSteps", ge=0)
+    resumed_from_step: int | None = Field(None, alias="resumedFromStep", ge=0)
+    checkpoint_step: int | None = Field(None, alias="checkpointStep", ge=0)
+    checkpoint_path: str | None = Field(None, alias="checkpointPath")
+    checkpoint_time: float | None = Field(None, alias="checkpointTime", description="Unix seconds.")
+    examples_per_second: float | None = Field(None, alias="examplesPerSecond")
+    loss: float | None = None
+    exit_code: int | None = Field(None, alias="exitCode")
+    message: str | None = None
+
+    def to_json(self) -> str:
+        """Compact JSON that fits a termination message."""
+        text = self.model_dump_json(by_alias=True, exclude_none=True)
+        if len(text.encode()) > TERMINATION_MESSAGE_LIMIT and self.message:
+            trimmed = self.model_copy(update={"message": self.message[:512]})
+            text = trimmed.model_dump_json(by_alias=True, exclude_none=True)
+        return text
+
+    @classmethod
+    def parse(cls, text: str | bytes | None) -> ProgressReport | None:
+        """Parse a report from untrusted text; None for anything missing or garbled."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls.model_validate(data)
+        except ValidationError:
+            return None
