@@ -40,9 +40,7 @@ class ChiefSpec(_Model):
 
 
 class ReplicatedRoleSpec(_Model):
-    replicas: int = Field(
-        1, ge=1, le=MAX_REPLICAS, description="Number of tasks of this role (1 to 1000)."
-    )
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Number of tasks of this role (1 to 1000).")
     template: dict[str, Any] = Field(
         default_factory=dict,
         description=(
@@ -130,9 +128,7 @@ class FailurePolicy(_Model):
         300,
         alias="startupErrorGraceSeconds",
         ge=0,
-        description=(
-            "How long an image pull or container config error may last before the job fails."
-        ),
+        description=("How long an image pull or container config error may last before the job fails."),
     )
 
 
@@ -160,8 +156,7 @@ class RunPolicy(_Model):
         "All",
         alias="cleanPodPolicy",
         description=(
-            "Which pods to delete when the job finishes: All, Running (only those still running) "
-            "or None."
+            "Which pods to delete when the job finishes: All, Running (only those still running) or None."
         ),
     )
 

@@ -1,0 +1,121 @@
+"""Pure renderers: a PSTrainingJob in, the manifests of its children out.
+
+No I/O, no clock, no environment: the same job and options always give identical manifests, so
+re-rendering never causes a spurious update. Each manifest carries a hash of itself, which the
+apply layer compares with the live object's to patch only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from psoperator import GROUP, KIND, VERSION
+from psoperator.api import PSTrainingJobSpec
+from psoperator.contract import Role
+from psoperator.render.jobs import render_chief_job, render_evaluator_job
+from psoperator.render.names import ANNOTATION_HASH
+from psoperator.render.pod import Manifest, render_pod_template
+from psoperator.render.services import render_service
+from psoperator.render.statefulsets import render_statefulset
+from psoperator.render.tfconfig import cluster_spec, tf_config
+
+__all__ = ["Manifest", "RenderOptions", "render_children", "spec_hash"]
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """What the operator decided, beyond the spec, about the children it wants."""
+
+    cluster_domain: str = "cluster.local"
+    # Coordinated restarts so far: each restart is a new chief Job with this attempt label.
+    attempt: int = 0
+    # Suspended: no pod of any role runs.
+    suspended: bool = False
+    # Finished and cleaned: parameter servers, workers and evaluator stop; the chief Job stays as it ended.
+    stopped: bool = False
+
+
+def spec_hash(manifest: Manifest) -> str:
+    body = {k: v for k, v in manifest.items() if k != "metadata"}
+    meta = {k: v for k, v in manifest.get("metadata", {}).items() if k != "annotations"}
+    text = json.dumps({"metadata": meta, **body}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _owner_reference(job: Manifest) -> Manifest:
+    meta = job["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _finish(manifest: Manifest, owner: Manifest) -> Manifest:
+    meta = manifest["metadata"]
+    meta["ownerReferences"] = [owner]
+    meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_HASH: spec_hash(manifest)}
+    return manifest
+
+
+def render_children(job: Manifest, options: RenderOptions | None = None, **overrides: Any) -> list[Manifest]:
+    """Every child of a job: Services, the ps and worker StatefulSets, the chief Job, the evaluator Job."""
+    opts = options or RenderOptions(**overrides)
+    spec = PSTrainingJobSpec.model_validate(job["spec"])
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    replicas = {Role.CHIEF: 1, Role.PS: spec.ps.replicas, Role.WORKER: spec.worker.replicas}
+    cluster = cluster_spec(name, namespace, replicas, spec.port, opts.cluster_domain)
+    owner = _owner_reference(job)
+    workers_run = not (opts.suspended or opts.stopped)
+
+    roles = [Role.CHIEF, Role.PS, Role.WORKER] + ([Role.EVALUATOR] if spec.evaluator else [])
+    children: list[Manifest] = [render_service(name, namespace, role, spec.port) for role in roles]
+
+    for role, role_spec in ((Role.PS, spec.ps), (Role.WORKER, spec.worker)):
+        template = render_pod_template(
+            spec,
+            name,
+            role,
+            role_spec.template,
+            tf_config(cluster, role, None),
+            index=None,
+            restart_policy="Always",
+        )
+        children.append(
+            render_statefulset(name, namespace, role, role_spec.replicas if workers_run else 0, template)
+        )
+
+    chief_template = render_pod_template(
+        spec,
+        name,
+        Role.CHIEF,
+        spec.chief.template,
+        tf_config(cluster, Role.CHIEF, 0),
+        index=0,
+        restart_policy="Never",
+        attempt=opts.attempt,
+    )
+    children.append(
+        render_chief_job(spec, name, namespace, chief_template, attempt=opts.attempt, suspend=opts.suspended)
+    )
+
+    if spec.evaluator:
+        evaluator_template = render_pod_template(
+            spec,
+            name,
+            Role.EVALUATOR,
+            spec.evaluator.template,
+            tf_config(cluster, Role.EVALUATOR, 0),
+            index=0,
+            restart_policy="OnFailure",
+        )
+        children.append(
+            render_evaluator_job(spec, name, namespace, evaluator_template, suspend=not workers_run)
+        )
+    return [_finish(child, owner) for child in children]

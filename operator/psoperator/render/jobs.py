@@ -1,0 +1,72 @@
+"""batch/v1 Jobs: the chief, which runs to completion, and the optional evaluator."""
+
+from __future__ import annotations
+
+from psoperator.api import PSTrainingJobSpec
+from psoperator.contract import Role
+from psoperator.render.names import LABEL_ATTEMPT, child_labels, child_name, pod_hostname
+from psoperator.render.pod import Manifest
+
+
+def _job(job_name: str, namespace: str, role: Role, pod_template: Manifest, suspend: bool) -> Manifest:
+    pod_template["spec"]["hostname"] = pod_hostname(job_name, role, 0)
+    pod_template["spec"]["subdomain"] = child_name(job_name, role)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": child_name(job_name, role),
+            "namespace": namespace,
+            "labels": child_labels(job_name, role),
+        },
+        "spec": {
+            "completions": 1,
+            "parallelism": 1,
+            "suspend": suspend,
+            "template": pod_template,
+        },
+    }
+
+
+def render_chief_job(
+    spec: PSTrainingJobSpec,
+    job_name: str,
+    namespace: str,
+    pod_template: Manifest,
+    *,
+    attempt: int,
+    suspend: bool,
+) -> Manifest:
+    """The chief's Job for one attempt.
+
+    Retries belong to the operator, not to the Job controller: they must be immediate (the Job
+    controller backs off 10 s, 20 s, 40 s ...), coordinated with the parameter servers and counted
+    against a budget that progress resets. So backoffLimit is 0 and every retry is a new Job, whose
+    attempt label tells it apart. The pod failure policy still lets the Job say why it failed
+    (FailJob on a permanent exit code) and lets disruptions (eviction, preemption) be retried by the
+    Job controller itself without counting.
+    """
+    job = _job(job_name, namespace, Role.CHIEF, pod_template, suspend)
+    job["metadata"]["labels"][LABEL_ATTEMPT] = str(attempt)
+    rules: list[Manifest] = []
+    codes = sorted(set(spec.failure_policy.permanent_exit_codes))
+    if codes:
+        rules.append({"action": "FailJob", "onExitCodes": {"operator": "In", "values": codes}})
+    rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
+    job["spec"].update(
+        {
+            "backoffLimit": 0,
+            "podReplacementPolicy": "Failed",
+            "podFailurePolicy": {"rules": rules},
+        }
+    )
+    return job
+
+
+def render_evaluator_job(
+    spec: PSTrainingJobSpec, job_name: str, namespace: str, pod_template: Manifest, *, suspend: bool
+) -> Manifest:
+    """The evaluator follows checkpoints; its own failures are retried in place by the kubelet."""
+    job = _job(job_name, namespace, Role.EVALUATOR, pod_template, suspend)
+    job["spec"]["backoffLimit"] = spec.failure_policy.max_restarts
+    return job

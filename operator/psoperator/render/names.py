@@ -1,0 +1,50 @@
+"""Names, labels and DNS addresses of a job's children: one place, so every renderer agrees."""
+
+from __future__ import annotations
+
+from psoperator import GROUP
+from psoperator.contract import Role
+
+APP_NAME = "pstrainingjob"
+MANAGER = "ps-training-operator"
+
+LABEL_JOB = f"{GROUP}/job-name"
+LABEL_ROLE = f"{GROUP}/role"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+ANNOTATION_HASH = f"{GROUP}/spec-hash"
+# The StatefulSet controller labels each pod with its ordinal (Kubernetes >= 1.28).
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+
+CHECKPOINT_VOLUME = "psoperator-checkpoint"
+
+
+def child_name(job_name: str, role: Role) -> str:
+    """Name of a role's Service, StatefulSet or Job: `<job>-<role>`."""
+    return f"{job_name}-{role.value}"
+
+
+def pod_hostname(job_name: str, role: Role, index: int) -> str:
+    """Hostname of a task's pod; equals the pod name for StatefulSet pods."""
+    return f"{child_name(job_name, role)}-{index}"
+
+
+def task_address(job_name: str, namespace: str, role: Role, index: int, port: int, domain: str) -> str:
+    """`<pod-hostname>.<service>.<namespace>.svc.<domain>:<port>`, resolvable through the headless Service."""
+    host = pod_hostname(job_name, role, index)
+    return f"{host}.{child_name(job_name, role)}.{namespace}.svc.{domain}:{port}"
+
+
+def selector_labels(job_name: str, role: Role) -> dict[str, str]:
+    """The labels that select one role's pods; immutable once a StatefulSet exists."""
+    return {LABEL_JOB: job_name, LABEL_ROLE: role.value}
+
+
+def child_labels(job_name: str, role: Role) -> dict[str, str]:
+    """Labels on every child object and pod of a role."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": job_name,
+        "app.kubernetes.io/component": role.value,
+        "app.kubernetes.io/managed-by": MANAGER,
+        **selector_labels(job_name, role),
+    }

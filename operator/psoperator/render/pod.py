@@ -1,0 +1,136 @@
+"""The pod template of a role: the user's template plus what the operator owes every training pod.
+
+Added: labels, the default image, TF_CONFIG and the contract's environment in every container, the
+task port, the checkpoint volume, scheduling settings. What the user set wins over our defaults,
+except the labels that select the pods and the environment that must be right for TF to work.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from psoperator import contract
+from psoperator.api import PSTrainingJobSpec
+from psoperator.contract import Role
+from psoperator.render.names import (
+    CHECKPOINT_VOLUME,
+    LABEL_ATTEMPT,
+    LABEL_POD_INDEX,
+    child_labels,
+    child_name,
+)
+
+Manifest = dict[str, Any]
+
+_URI_PREFIXES = ("gs://", "s3://", "hdfs://")
+
+
+def is_uri(checkpoint_dir: str) -> bool:
+    return checkpoint_dir.startswith(_URI_PREFIXES)
+
+
+def _field_env(name: str, field_path: str) -> Manifest:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def contract_env(
+    spec: PSTrainingJobSpec, job_name: str, role: Role, index: int | None, tf_config: str
+) -> list[Manifest]:
+    """The environment of the contract; index None takes the pod's index from its StatefulSet label."""
+    env: list[Manifest] = [
+        {"name": contract.ENV_ROLE, "value": role.value},
+        {"name": contract.ENV_JOB_NAME, "value": job_name},
+        _field_env(contract.ENV_NAMESPACE, "metadata.namespace"),
+        _field_env(contract.ENV_POD_NAME, "metadata.name"),
+        _field_env(contract.ENV_TASK_INDEX, f"metadata.labels['{LABEL_POD_INDEX}']")
+        if index is None
+        else {"name": contract.ENV_TASK_INDEX, "value": str(index)},
+        {"name": contract.ENV_CHECKPOINT_DIR, "value": spec.checkpoint.dir},
+        {
+            "name": contract.ENV_CONNECT_TIMEOUT_SECONDS,
+            "value": str(spec.failure_policy.connect_timeout_seconds),
+        },
+        {"name": contract.ENV_PROGRESS_PORT, "value": str(contract.DEFAULT_PROGRESS_PORT)},
+        {"name": contract.ENV_TERMINATION_MESSAGE_PATH, "value": contract.TERMINATION_MESSAGE_PATH},
+    ]
+    if spec.checkpoint.interval_steps is not None:
+        env.append(
+            {"name": contract.ENV_CHECKPOINT_INTERVAL_STEPS, "value": str(spec.checkpoint.interval_steps)}
+        )
+    if spec.checkpoint.interval_seconds is not None:
+        env.append(
+            {"name": contract.ENV_CHECKPOINT_INTERVAL_SECONDS, "value": str(spec.checkpoint.interval_seconds)}
+        )
+    # TF_CONFIG last: it may reference $(PSOP_TASK_INDEX), which must be defined before it.
+    env.append({"name": contract.ENV_TF_CONFIG, "value": tf_config})
+    return env
+
+
+def _merge_env(ours: list[Manifest], theirs: list[Manifest]) -> list[Manifest]:
+    """Ours first so the user's env can reference it; a name the user sets is theirs, except TF_CONFIG."""
+    user_names = {e.get("name") for e in theirs} - {contract.ENV_TF_CONFIG, contract.ENV_TASK_INDEX}
+    kept_theirs = [
+        e for e in theirs if e.get("name") not in (contract.ENV_TF_CONFIG, contract.ENV_TASK_INDEX)
+    ]
+    return [e for e in ours if e["name"] not in user_names] + kept_theirs
+
+
+def _with_port(container: Manifest, name: str, port: int) -> None:
+    ports = container.setdefault("ports", [])
+    if not any(p.get("containerPort") == port for p in ports):
+        ports.append({"name": name, "containerPort": port, "protocol": "TCP"})
+
+
+def render_pod_template(
+    spec: PSTrainingJobSpec,
+    job_name: str,
+    role: Role,
+    template: Manifest,
+    tf_config: str,
+    *,
+    index: int | None,
+    restart_policy: str,
+    attempt: int | None = None,
+) -> Manifest:
+    """The full pod template of one role. `index` None: a StatefulSet's pods, indexed by the kubelet."""
+    pod = copy.deepcopy(template)
+    meta = pod.setdefault("metadata", {})
+    meta["labels"] = {**meta.get("labels", {}), **child_labels(job_name, role)}
+    if attempt is not None:
+        meta["labels"][LABEL_ATTEMPT] = str(attempt)
+    pod_spec = pod.setdefault("spec", {})
+    pod_spec["restartPolicy"] = restart_policy
+    if spec.scheduling.scheduler_name and "schedulerName" not in pod_spec:
+        pod_spec["schedulerName"] = spec.scheduling.scheduler_name
+    if spec.scheduling.priority_class_name and "priorityClassName" not in pod_spec:
+        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    # Training pods talk to each other, not to the API server: no token unless the user asks for one.
+    pod_spec.setdefault("automountServiceAccountToken", False)
+
+    env = contract_env(spec, job_name, role, index, tf_config)
+    use_volume = spec.checkpoint.volume is not None and not is_uri(spec.checkpoint.dir)
+    if use_volume:
+        volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") != CHECKPOINT_VOLUME]
+        volumes.append({"name": CHECKPOINT_VOLUME, **(spec.checkpoint.volume or {})})
+        pod_spec["volumes"] = volumes
+
+    containers: list[Manifest] = pod_spec.setdefault("containers", [])
+    for position, container in enumerate(containers):
+        if not container.get("image") and spec.image:
+            container["image"] = spec.image
+        container["env"] = _merge_env(env, container.get("env", []))
+        if use_volume:
+            mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != CHECKPOINT_VOLUME]
+            mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.dir})
+            container["volumeMounts"] = mounts
+        if position == 0:
+            # The first container is the trainer: it serves the task's gRPC port.
+            if role is not Role.EVALUATOR:
+                _with_port(container, "tf", spec.port)
+            if role is Role.CHIEF:
+                _with_port(container, "progress", contract.DEFAULT_PROGRESS_PORT)
+                container.setdefault("terminationMessagePath", contract.TERMINATION_MESSAGE_PATH)
+                container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    pod_spec.setdefault("subdomain", child_name(job_name, role))
+    return pod

@@ -1,0 +1,37 @@
+"""TF_CONFIG as TensorFlow's cluster resolver expects it.
+
+StatefulSet pods share one template, so the task index cannot be written into it: the rendered
+value references `$(PSOP_TASK_INDEX)`, which the kubelet expands from the pod's own
+`apps.kubernetes.io/pod-index` label (downward API) when it starts the container.
+"""
+
+from __future__ import annotations
+
+import json
+
+from psoperator.contract import CLUSTER_ROLES, ENV_TASK_INDEX, Role
+from psoperator.render.names import task_address
+
+INDEX_REFERENCE = f"$({ENV_TASK_INDEX})"
+# A JSON-safe placeholder swapped for the unquoted $(VAR) reference after serialisation.
+_INDEX_PLACEHOLDER = "__psoperator_task_index__"
+
+
+def cluster_spec(
+    job_name: str, namespace: str, replicas: dict[Role, int], port: int, domain: str
+) -> dict[str, list[str]]:
+    """Addresses of every task of the cluster roles; the evaluator is never part of it."""
+    return {
+        role.value: [task_address(job_name, namespace, role, i, port, domain) for i in range(replicas[role])]
+        for role in CLUSTER_ROLES
+    }
+
+
+def tf_config(cluster: dict[str, list[str]], role: Role, index: int | None) -> str:
+    """The TF_CONFIG value for a task; index None means "the pod's own index, expanded by the kubelet".
+
+    The evaluator gets the cluster too (so it can find the chief), but it is not a member of it.
+    """
+    task_index: int | str = _INDEX_PLACEHOLDER if index is None else index
+    text = json.dumps({"cluster": cluster, "task": {"type": role.value, "index": task_index}}, sort_keys=True)
+    return text.replace(f'"{_INDEX_PLACEHOLDER}"', INDEX_REFERENCE)
