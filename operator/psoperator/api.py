@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
-POD_TEMPLATE = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
-VOLUME_SOURCE = {"x-psoperator-upstream": "io.k8s.api.core.v1.Volume"}
+POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
+VOLUME_SOURCE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.Volume"}
 
 MAX_REPLICAS = 1000
 
