@@ -30,8 +30,8 @@ from psoperator.sizing import (
     plan_ps,
 )
 
-# The container whose resources the `ps:` block sets; a strategic-merge-style name match.
-PS_CONTAINER_NAME = "tensorflow"
+# The container whose resources the `ps:` block sets: the trainer, as in examples/ctr-job.yaml.
+PS_CONTAINER_NAME = "trainer"
 
 EXIT_DOES_NOT_FIT = 1
 EXIT_USAGE = 2

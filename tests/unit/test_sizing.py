@@ -434,6 +434,7 @@ def test_cli_yaml_is_a_ready_to_paste_ps_block(capsys: pytest.CaptureFixture[str
     assert main(argv) == 0
     blocks = yaml.safe_load(capsys.readouterr().out)
     (container,) = blocks["ps"]["template"]["spec"]["containers"]
+    assert container["name"] == "trainer"
     memory = container["resources"]["requests"]["memory"]
     assert container["resources"]["limits"]["memory"] == memory
     assert parse_bytes(memory) <= 4 * GiB
