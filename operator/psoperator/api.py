@@ -230,10 +230,16 @@ class PSTrainingJobSpec(_Model):
 
 # --- status -------------------------------------------------------------------------------------
 
+
+class _Status(BaseModel):
+    # Status is read back from the cluster: tolerate fields this version does not know.
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
 Phase = Literal["Pending", "Creating", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 
 
-class Condition(_Model):
+class Condition(_Status):
     type: str = Field(..., description="Created, Running, Restarting, Succeeded, Failed, Suspended, ...")
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(..., description="CamelCase reason for the last transition.")
@@ -242,7 +248,7 @@ class Condition(_Model):
     observed_generation: int | None = Field(None, alias="observedGeneration")
 
 
-class ReplicaStatus(_Model):
+class ReplicaStatus(_Status):
     desired: int = 0
     ready: int = 0
     running: int = 0
@@ -251,7 +257,7 @@ class ReplicaStatus(_Model):
     restarts: int = Field(0, description="Container restarts and pod replacements observed.")
 
 
-class FailureRecord(_Model):
+class FailureRecord(_Status):
     role: str
     index: int | None = None
     pod: str | None = None
@@ -261,18 +267,41 @@ class FailureRecord(_Model):
     time: str
 
 
-class CheckpointStatus(_Model):
+class CheckpointStatus(_Status):
     step: int
     path: str | None = None
     time: str | None = None
 
 
-class PSTrainingJobStatus(_Model):
+class Tracking(_Status):
+    """What the operator last saw of the long-running pods: how it tells a lost pod from a new one."""
+
+    ps_established: bool = Field(
+        False,
+        alias="psEstablished",
+        description="Every parameter server has run together during the current chief attempt.",
+    )
+    pods: dict[str, str] = Field(
+        default_factory=dict, description="Parameter server and worker pods, name to uid/restartCount."
+    )
+
+
+class PSTrainingJobStatus(_Status):
     phase: Phase = "Pending"
     conditions: list[Condition] = Field(default_factory=list)
     replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, alias="replicaStatuses")
-    restarts: int = Field(0, description="Coordinated restarts counted against maxRestarts.")
+    restarts: int = Field(0, description="Coordinated restarts (chief restarted from the latest checkpoint).")
+    counted_restarts: int = Field(
+        0,
+        alias="countedRestarts",
+        description="Restarts counted against failurePolicy.maxRestarts; a newer checkpoint resets it.",
+    )
+    restart_checkpoint_step: int | None = Field(
+        None, alias="restartCheckpointStep", description="Checkpoint step when the last restart happened."
+    )
+    tracking: Tracking = Field(default_factory=Tracking)
     step: int | None = Field(None, description="Latest global step reported by the chief.")
+    step_time: str | None = Field(None, alias="stepTime", description="When the step last advanced.")
     resumed_from_step: int | None = Field(None, alias="resumedFromStep")
     checkpoint: CheckpointStatus | None = None
     last_failure: FailureRecord | None = Field(None, alias="lastFailure")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from psoperator.api import EmbeddingTable, ModelHints, PSTrainingJobSpec
 from psoperator.sizing import (
     DEFAULT_RUNTIME_OVERHEAD_BYTES,

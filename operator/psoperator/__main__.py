@@ -1,0 +1,5 @@
+import sys
+
+from psoperator.cli import main
+
+sys.exit(main())

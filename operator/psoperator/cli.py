@@ -1,0 +1,148 @@
+"""The `psoperator` command: run the operator, render a job's manifests, print the CRD, plan PS sizing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from psoperator import sizing_cli
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Imported here: rendering and planning must work without the operator's dependencies.
+    import kopf
+
+    from psoperator import handlers  # noqa: F401  (registers the handlers)
+    from psoperator.handlers import OperatorState
+    from psoperator.kube import Kube, load_config
+    from psoperator.metrics import Metrics
+
+    load_config()
+    metrics = Metrics.create()
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
+    state = OperatorState(
+        kube=Kube(),
+        metrics=metrics,
+        cluster_domain=args.cluster_domain,
+        resync_seconds=args.resync_seconds,
+        progress_port=args.progress_port,
+    )
+    kopf.configure(verbose=args.verbose, debug=args.debug)
+    kopf.run(
+        standalone=args.standalone,
+        namespaces=args.namespace or [],
+        clusterwide=args.all_namespaces,
+        liveness_endpoint=args.liveness,
+        memo=kopf.Memo(state=state),
+    )
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from psoperator.render import RenderOptions, render_children
+    from psoperator.render.names import LABEL_POD_INDEX
+
+    documents = list(yaml.safe_load_all(Path(args.file).read_text()))
+    out = sys.stdout
+    for job in documents:
+        if not isinstance(job, dict) or job.get("kind") != "PSTrainingJob":
+            continue
+        job.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+        job["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000000")
+        manifests = render_children(job, RenderOptions(cluster_domain=args.cluster_domain))
+        if args.tf_config:
+            for manifest in manifests:
+                if manifest["kind"] not in ("StatefulSet", "Job"):
+                    continue
+                replicas = manifest["spec"].get("replicas", 1)
+                for index in range(replicas):
+                    env = {
+                        e["name"]: e.get("value")
+                        for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+                    }
+                    tf = (env.get("TF_CONFIG") or "").replace("$(PSOP_TASK_INDEX)", str(index))
+                    pod = f"{manifest['metadata']['name']}-{index}"
+                    out.write(f"{pod}: {json.dumps(json.loads(tf), sort_keys=True)}\n")
+            del LABEL_POD_INDEX
+            continue
+        yaml.safe_dump_all(manifests, out, sort_keys=False)
+    return 0
+
+
+def _crd(args: argparse.Namespace) -> int:
+    from psoperator import crd
+
+    if args.write:
+        for path in crd.write_files():
+            print(f"wrote {path}")
+    else:
+        yaml.safe_dump(crd.render_crd(), sys.stdout, sort_keys=False)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="psoperator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator")
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", help="watch this namespace (repeatable)")
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    run.add_argument("--standalone", action="store_true", help="no peering with other operator replicas")
+    run.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env_int("PSOPERATOR_METRICS_PORT", 0),
+        help="serve Prometheus metrics on this port (0: off)",
+    )
+    run.add_argument("--cluster-domain", default="cluster.local")
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=10.0,
+        help="reconcile every job at least this often (progress polling)",
+    )
+    run.add_argument("--progress-port", type=int, default=None)
+    run.add_argument("--verbose", action="store_true")
+    run.add_argument("--debug", action="store_true")
+    run.set_defaults(func=_run)
+
+    render = sub.add_parser("render", help="print the manifests a job would produce (no cluster needed)")
+    render.add_argument("file")
+    render.add_argument("--namespace", default="default")
+    render.add_argument("--cluster-domain", default="cluster.local")
+    render.add_argument("--tf-config", action="store_true", help="print each pod's TF_CONFIG instead")
+    render.set_defaults(func=_render)
+
+    crd = sub.add_parser(
+        "crd", help="print the CustomResourceDefinition, or write it into crds/ and the chart"
+    )
+    crd.add_argument("--write", action="store_true")
+    crd.set_defaults(func=_crd)
+
+    sizing_cli.add_plan_command(sub)
+    return parser
+
+
+def _env_int(name: str, default: int) -> int:
+    import os
+
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else default
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args: Any = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

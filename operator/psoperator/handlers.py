@@ -1,0 +1,203 @@
+"""The kopf layer: thin, level-based, and readable top to bottom.
+
+One daemon per PSTrainingJob runs reconciles: on start (including after an operator restart), when
+the job or any of its children changes, and on a timer for progress, deadlines and TTLs. Each
+reconcile reads the job and its children fresh from the API, lets `plan_reconcile` decide, writes
+the status once, then applies the children and emits the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+from psoperator import GROUP, PLURAL, VERSION
+from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport, Role
+from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
+from psoperator.metrics import Metrics
+from psoperator.observe import Observed, parse_job, parse_pod
+from psoperator.reconcile import ReconcilePlan, plan_reconcile
+from psoperator.render import render_children
+from psoperator.render.names import LABEL_JOB, child_name
+
+Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OperatorState:
+    """Shared across handlers through kopf's memo (never module globals)."""
+
+    kube: Kube
+    metrics: Metrics
+    cluster_domain: str = "cluster.local"
+    resync_seconds: float = 10.0
+    progress_port: int = DEFAULT_PROGRESS_PORT
+    wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    session: aiohttp.ClientSession | None = None
+
+
+def _state(memo: Any) -> OperatorState:
+    state = memo.state
+    assert isinstance(state, OperatorState)
+    return state
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    _state(memo).session = aiohttp.ClientSession()
+
+
+@kopf.on.cleanup()
+async def close(memo: Any, **_: Any) -> None:
+    session = _state(memo).session
+    if session is not None:
+        await session.close()
+
+
+@kopf.on.probe(id="jobs")
+def probe_jobs(memo: Any, **_: Any) -> int:
+    return len(_state(memo).wakeups)
+
+
+def _wake(memo: Any, namespace: str | None, job_name: str | None) -> None:
+    if namespace and job_name:
+        event = _state(memo).wakeups.get((namespace, job_name))
+        if event is not None:
+            event.set()
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="job-changed")
+def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    _wake(memo, namespace, name)
+
+
+@kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
+@kopf.on.event("apps", "v1", "statefulsets", labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
+@kopf.on.event("batch", "v1", "jobs", labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
+@kopf.on.event("services", labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
+def child_changed(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
+    _wake(memo, namespace, labels.get(LABEL_JOB))
+
+
+def observe(children: list[Obj], pods: list[Obj], job_name: str) -> Observed:
+    chief_job = next(
+        (
+            parse_job(c)
+            for c in children
+            if c["kind"] == "Job" and c["metadata"]["name"] == child_name(job_name, Role.CHIEF)
+        ),
+        None,
+    )
+    return Observed(
+        pods=[parse_pod(p) for p in pods],
+        chief_job=chief_job,
+        children={(c["kind"], c["metadata"]["name"]): c for c in children},
+    )
+
+
+async def _progress(state: OperatorState, observed: Observed, attempt: int) -> ProgressReport | None:
+    chief = observed.chief_pod(attempt)
+    if chief is None:
+        return None
+    if chief.terminated is not None:  # the runtime's last word, as its termination message
+        return ProgressReport.parse(chief.terminated.message)
+    if chief.running and chief.ip and state.session is not None:
+        return await fetch_progress(state.session, chief.ip, state.progress_port)
+    return None
+
+
+async def reconcile_once(
+    state: OperatorState, namespace: str, name: str, logger: Any
+) -> ReconcilePlan | None:
+    job = await in_thread(state.kube.get_job, namespace, name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return None
+    children, pods = await asyncio.gather(
+        in_thread(state.kube.list_children, namespace, name), in_thread(state.kube.list_pods, namespace, name)
+    )
+    uid = job["metadata"]["uid"]
+    observed = observe([c for c in children if owned_by(c, uid)], pods, name)
+    attempt = int((job.get("status") or {}).get("restarts") or 0)
+    report = await _progress(state, observed, attempt)
+    plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)
+
+    started = time.monotonic()
+    patch = merge_patch(job.get("status") or {}, plan.status)
+    if patch:
+        await in_thread(state.kube.patch_job_status, namespace, name, patch)
+    if plan.delete_job:
+        kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
+        await in_thread(state.kube.delete_job, namespace, name, uid)
+        return plan
+    if plan.render is not None:
+        desired = render_children(job, plan.render)
+        result = await in_thread(state.kube.apply_children, namespace, uid, desired, children)
+        if plan.restarted:
+            state.metrics.recovery_seconds.observe(time.monotonic() - started)
+        for ref in result.conflicts:
+            kopf.warn(
+                job, reason="NameConflict", message=f"{ref} exists and is not owned by this job; left alone"
+            )
+        for ref in result.rejected:
+            kopf.warn(job, reason="ChildRejected", message=ref)
+        if result.created or result.deleted:
+            logger.info("created %s, replaced %s", result.created, result.deleted)
+    for event in plan.events:
+        kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+        if event.type == "Warning" and event.reason.endswith("Failed"):
+            role = event.reason.removesuffix("Failed").lower()
+            state.metrics.failures.labels(namespace, name, role, event.reason).inc()
+    if plan.restarted:
+        reason = (plan.status.get("lastFailure") or {}).get("reason", "Unknown")
+        state.metrics.restarts.labels(namespace, name, reason).inc()
+    state.metrics.set_phase(namespace, name, plan.status.get("phase", "Pending"))
+    if plan.status.get("step") is not None:
+        state.metrics.step.labels(namespace, name).set(plan.status["step"])
+    return plan
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, id="reconcile", cancellation_timeout=10.0)
+async def run_job(
+    name: str, namespace: str | None, memo: Any, stopped: kopf.DaemonStopped, logger: Any, **_: Any
+) -> None:
+    state = _state(memo)
+    if namespace is None:  # PSTrainingJob is namespaced; kopf types allow None for cluster objects
+        return
+    key = (namespace, name)
+    wake = state.wakeups.setdefault(key, asyncio.Event())
+    try:
+        while not stopped:
+            wake.clear()
+            wait = state.resync_seconds
+            with state.metrics.reconcile_seconds.time():
+                try:
+                    plan = await reconcile_once(state, namespace, name, logger)
+                    state.metrics.reconciles.labels("ok").inc()
+                except Exception:  # one bad reconcile must not end the job's daemon
+                    logger.exception("reconcile failed; retrying")
+                    state.metrics.reconciles.labels("error").inc()
+                    plan, wait = None, 2.0
+            if plan is not None and plan.requeue_after is not None:
+                wait = min(wait, max(plan.requeue_after, 0.5))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=wait)
+            # Let a burst of child events settle into one reconcile.
+            await asyncio.sleep(0.2)
+    finally:
+        state.wakeups.pop(key, None)
+        state.metrics.forget(namespace, name)

@@ -1,0 +1,252 @@
+"""The one module that talks to the Kubernetes API (besides kopf's own watching and events).
+
+Children are created with POST and changed with server-side apply only once they are known to be
+ours (owner reference to the job's uid), so the operator never takes over or deletes an object it
+does not own. Blocking client calls run in threads so the kopf event loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from psoperator import GROUP, PLURAL, VERSION
+from psoperator.contract import PROGRESS_PATH, ProgressReport
+from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+
+Obj = dict[str, Any]
+FIELD_MANAGER = "ps-training-operator"
+log = logging.getLogger(__name__)
+
+# kind -> (API path prefix, plural)
+_PATHS = {
+    "Service": ("/api/v1", "services"),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "Job": ("/apis/batch/v1", "jobs"),
+}
+
+
+def load_config() -> None:
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+
+
+def owned_by(obj: Obj, uid: str) -> bool:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """An RFC 7386 merge patch that turns `old` into `new` (None where a key went away)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: Obj = {k: None for k in old if k not in new}
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value)
+    return patch
+
+
+@dataclass
+class ApplyResult:
+    created: list[str] = field(default_factory=list)
+    patched: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+        self.api = api_client or client.ApiClient()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> Obj:
+        request = self.api.param_serialize(
+            method,
+            path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*request)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        if not 200 <= response.status < 300:
+            raise ApiException(
+                status=response.status, reason=response.reason, body=data.decode(errors="replace")
+            )
+        parsed = json.loads(data) if data else {}
+        return parsed if isinstance(parsed, dict) else {}
+
+    def _path(self, kind: str, namespace: str, name: str | None = None) -> str:
+        prefix, plural = _PATHS[kind]
+        base = f"{prefix}/namespaces/{namespace}/{plural}"
+        return f"{base}/{name}" if name else base
+
+    # --- the job ---------------------------------------------------------------------------
+
+    def get_job(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._call("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_job_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        return self._call(
+            "PATCH",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status",
+            {"status": patch},
+            content_type="application/merge-patch+json",
+        )
+
+    def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            self._call("DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}", body)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    # --- children --------------------------------------------------------------------------
+
+    def list_children(self, namespace: str, job_name: str) -> list[Obj]:
+        selector = [("labelSelector", f"{LABEL_JOB}={job_name}")]
+        items: list[Obj] = []
+        for kind in _PATHS:
+            listed = self._call("GET", self._path(kind, namespace), query=selector)
+            for item in listed.get("items", []):
+                item["kind"] = kind
+                items.append(item)
+        return items
+
+    def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
+        listed = self._call(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods",
+            query=[("labelSelector", f"{LABEL_JOB}={job_name}")],
+        )
+        return list(listed.get("items", []))
+
+    def apply_children(
+        self, namespace: str, owner_uid: str, desired: list[Obj], observed: list[Obj]
+    ) -> ApplyResult:
+        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt."""
+        result = ApplyResult()
+        live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
+        for manifest in desired:
+            kind, name = manifest["kind"], manifest["metadata"]["name"]
+            current = live.get((kind, name))
+            ref = f"{kind}/{name}"
+            if current is not None and not owned_by(current, owner_uid):
+                result.conflicts.append(ref)
+                continue
+            if current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest):
+                self._delete(kind, namespace, name, current["metadata"]["uid"])
+                self._delete_pods(namespace, current)
+                result.deleted.append(ref)
+                current = None
+            try:
+                if current is None:
+                    self._call("POST", self._path(kind, namespace), manifest)
+                    result.created.append(ref)
+                elif (
+                    current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
+                    != manifest["metadata"]["annotations"][ANNOTATION_HASH]
+                ):
+                    self._call(
+                        "PATCH",
+                        self._path(kind, namespace, name),
+                        json.dumps(manifest),
+                        content_type="application/apply-patch+yaml",
+                        query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                    )
+                    result.patched.append(ref)
+            except ApiException as error:
+                if error.status == 409:
+                    result.conflicts.append(ref)
+                elif error.status == 422:
+                    # e.g. an immutable Job template: the change applies from the next attempt on.
+                    result.rejected.append(f"{ref}: {_reason(error)}")
+                else:
+                    raise
+        return result
+
+    @staticmethod
+    def _attempt(obj: Obj) -> str | None:
+        value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
+        return str(value) if value is not None else None
+
+    def _delete(self, kind: str, namespace: str, name: str, uid: str) -> None:
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            self._call("DELETE", self._path(kind, namespace, name), body)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    def _delete_pods(self, namespace: str, job: Obj) -> None:
+        """Delete an old chief Job's pods now rather than when the garbage collector gets to them."""
+        job_name = job["metadata"]["labels"].get(LABEL_JOB, "")
+        selector = f"{LABEL_JOB}={job_name},{LABEL_ROLE}=chief,{LABEL_ATTEMPT}={self._attempt(job)}"
+        listed = self._call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", query=[("labelSelector", selector)]
+        )
+        for pod in listed.get("items", []):
+            if not owned_by(pod, job["metadata"]["uid"]):
+                continue
+            try:
+                self._call(
+                    "DELETE",
+                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
+                    {"gracePeriodSeconds": 5, "preconditions": {"uid": pod["metadata"]["uid"]}},
+                )
+            except ApiException as error:
+                if error.status not in (404, 409):
+                    raise
+
+
+def _reason(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message", error.reason))
+    except ValueError:
+        return str(error.reason)
+
+
+async def fetch_progress(
+    session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
+) -> ProgressReport | None:
+    """The chief's progress report; None when it cannot be had or makes no sense."""
+    url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            if response.status != 200:
+                return None
+            return ProgressReport.parse(await response.read())
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return None
+
+
+async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(function, *args)

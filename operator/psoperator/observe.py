@@ -1,0 +1,206 @@
+"""Typed, read-only views of the children the operator observes, parsed from raw API objects.
+
+Parsing is forgiving: a field that is missing or of an odd type reads as "unknown", never as an
+exception, so an unexpected object cannot crash a reconcile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from psoperator.contract import Role
+from psoperator.render.names import LABEL_ATTEMPT, LABEL_ROLE
+
+Obj = dict[str, Any]
+
+# Waiting reasons after which a container will never start without a change of spec.
+START_ERRORS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+def _dict(value: Any) -> Obj:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class Termination:
+    exit_code: int | None
+    reason: str
+    message: str = ""
+    finished_at: str | None = None
+
+
+def _termination(state: Any) -> Termination | None:
+    terminated = _dict(_dict(state).get("terminated"))
+    if not terminated:
+        return None
+    return Termination(
+        exit_code=_int(terminated.get("exitCode")),
+        reason=str(terminated.get("reason") or "Error"),
+        message=str(terminated.get("message") or ""),
+        finished_at=terminated.get("finishedAt"),
+    )
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    uid: str
+    role: Role | None
+    index: int | None
+    phase: str
+    ready: bool
+    restarts: int
+    deleting: bool
+    attempt: int | None = None
+    ip: str | None = None
+    node: str | None = None
+    # The first container's current termination (pod failed/succeeded) or last one (restarted in place).
+    terminated: Termination | None = None
+    last_terminated: Termination | None = None
+    waiting_reason: str | None = None
+    waiting_message: str = ""
+    disruption: str | None = None  # reason of a DisruptionTarget=True condition
+    pod_reason: str | None = None  # status.reason, e.g. Evicted
+    created: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running" and not self.deleting
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == "Failed"
+
+
+def _index_of(meta: Obj, name: str) -> int | None:
+    labels = _dict(meta.get("labels"))
+    for key in ("apps.kubernetes.io/pod-index", "batch.kubernetes.io/job-completion-index"):
+        index = _int(labels.get(key))
+        if index is not None:
+            return index
+    suffix = name.rsplit("-", 1)[-1]
+    return int(suffix) if suffix.isdigit() else None
+
+
+def parse_pod(pod: Obj) -> PodView:
+    meta, status = _dict(pod.get("metadata")), _dict(pod.get("status"))
+    labels = _dict(meta.get("labels"))
+    name = str(meta.get("name", ""))
+    role_value = labels.get(LABEL_ROLE)
+    role = Role(role_value) if isinstance(role_value, str) and role_value in Role._value2member_map_ else None
+    statuses = [s for s in _list(status.get("containerStatuses")) if isinstance(s, dict)]
+    first = statuses[0] if statuses else {}
+    conditions = [c for c in _list(status.get("conditions")) if isinstance(c, dict)]
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    disruption = next(
+        (
+            str(c.get("reason") or "Disrupted")
+            for c in conditions
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        None,
+    )
+    waiting = next(
+        (
+            _dict(_dict(s.get("state")).get("waiting"))
+            for s in statuses
+            if _dict(_dict(s.get("state")).get("waiting"))
+        ),
+        {},
+    )
+    return PodView(
+        name=name,
+        uid=str(meta.get("uid", "")),
+        role=role,
+        index=_index_of(meta, name),
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        restarts=sum(_int(s.get("restartCount")) or 0 for s in statuses),
+        deleting=bool(meta.get("deletionTimestamp")),
+        attempt=_int(labels.get(LABEL_ATTEMPT)),
+        ip=status.get("podIP") or None,
+        node=_dict(pod.get("spec")).get("nodeName"),
+        terminated=_termination(first.get("state")),
+        last_terminated=_termination(first.get("lastState")),
+        waiting_reason=waiting.get("reason"),
+        waiting_message=str(waiting.get("message") or ""),
+        disruption=disruption,
+        pod_reason=status.get("reason"),
+        created=meta.get("creationTimestamp"),
+    )
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A batch/v1 Job (the chief's or the evaluator's)."""
+
+    name: str
+    attempt: int | None
+    succeeded: bool
+    failed: bool
+    failure_reason: str | None
+    failure_message: str
+    active: int
+    suspended: bool
+    deleting: bool
+
+
+def parse_job(job: Obj) -> JobView:
+    meta, spec, status = _dict(job.get("metadata")), _dict(job.get("spec")), _dict(job.get("status"))
+    conditions = {c.get("type"): c for c in _list(status.get("conditions")) if isinstance(c, dict)}
+    failed = _dict(conditions.get("Failed"))
+    complete = _dict(conditions.get("Complete"))
+    return JobView(
+        name=str(meta.get("name", "")),
+        attempt=_int(_dict(meta.get("labels")).get(LABEL_ATTEMPT)),
+        succeeded=complete.get("status") == "True",
+        failed=failed.get("status") == "True",
+        failure_reason=failed.get("reason"),
+        failure_message=str(failed.get("message") or ""),
+        active=_int(status.get("active")) or 0,
+        suspended=bool(spec.get("suspend")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one reconcile knows about a job's children."""
+
+    pods: list[PodView] = field(default_factory=list)
+    chief_job: JobView | None = None
+    children: dict[tuple[str, str], Obj] = field(default_factory=dict)  # (kind, name) -> object
+    ready_nodes: frozenset[str] | None = None  # None: node readiness not known
+
+    def role_pods(self, role: Role) -> list[PodView]:
+        return sorted(
+            (p for p in self.pods if p.role is role), key=lambda p: (p.index is None, p.index, p.name)
+        )
+
+    def chief_pod(self, attempt: int) -> PodView | None:
+        """The newest live pod of the chief's current attempt."""
+        pods = [p for p in self.role_pods(Role.CHIEF) if p.attempt == attempt]
+        return max(pods, key=lambda p: (not p.deleting, p.created or ""), default=None)

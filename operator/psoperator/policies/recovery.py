@@ -1,0 +1,279 @@
+"""Recovery that knows the roles: from what failed to what the operator does about it.
+
+TensorFlow's ParameterServerStrategy tolerates a lost worker (the coordinator reschedules its
+closures and the worker rejoins), but a lost parameter server takes its variables with it: the only
+correct recovery is to restart the chief, which restores every variable from the latest checkpoint.
+
+| observed                                             | action                    | counted          |
+|------------------------------------------------------|---------------------------|------------------|
+| worker failed, evicted, deleted, restarted in place   | RECORD (StatefulSet heals) | no               |
+| PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
+| chief exited with a retryable code                    | RESTART_FROM_CHECKPOINT   | yes*             |
+| chief exited with a permanent code / cannot start     | FAIL                      |                  |
+| restarts exhausted                                    | FAIL                      |                  |
+
+(*) unless a newer checkpoint was written since the previous restart: progress resets the budget.
+Every function here is pure: observed state and the job's status in, a decision out.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.contract import Role
+from psoperator.observe import START_ERRORS, Observed, PodView, Termination
+from psoperator.timeutil import parse_time
+
+
+class RecoveryAction(enum.Enum):
+    NONE = "None"
+    RECORD = "Record"
+    RESTART_FROM_CHECKPOINT = "RestartFromCheckpoint"
+    FAIL = "Fail"
+
+
+# DisruptionTarget reasons, as Kubernetes sets them, to the reason users know.
+_DISRUPTION_REASONS = {
+    "PreemptionByScheduler": "Preempted",
+    "PreemptionByKubeScheduler": "Preempted",
+    "EvictionByEvictionAPI": "Evicted",
+    "TerminationByKubelet": "Evicted",
+    "DeletionByTaintManager": "NodeLost",
+    "DeletionByPodGC": "NodeLost",
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failure of one pod, as the recovery record and the events tell it."""
+
+    role: Role
+    pod: str
+    index: int | None
+    reason: str
+    message: str
+    exit_code: int | None = None
+    disruption: bool = False
+
+    def describe(self) -> str:
+        where = f"{self.role.value} {self.index}" if self.index is not None else self.role.value
+        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
+        text = f"{where} ({self.pod}): {self.reason}{code}"
+        return f"{text}: {self.message}" if self.message else text
+
+
+@dataclass(frozen=True)
+class RecoveryDecision:
+    action: RecoveryAction
+    reason: str = ""
+    message: str = ""
+    failure: Failure | None = None
+    counted: bool = False
+    # Worker (and other tolerated) failures seen in this reconcile, recorded whatever the action.
+    recorded: list[Failure] = field(default_factory=list)
+
+
+def _tracked(entry: str) -> tuple[str, int]:
+    uid, _, restarts = entry.partition("/")
+    return uid, int(restarts) if restarts.isdigit() else 0
+
+
+def track_entry(pod: PodView) -> str:
+    return f"{pod.uid}/{pod.restarts}"
+
+
+def _termination_failure(pod: PodView, term: Termination | None, fallback: str) -> Failure:
+    assert pod.role is not None
+    if term is None:
+        return Failure(pod.role, pod.name, pod.index, fallback, "")
+    return Failure(pod.role, pod.name, pod.index, term.reason, term.message.strip()[:512], term.exit_code)
+
+
+def classify_pod_failure(previous: str | None, pod: PodView | None) -> Failure | None:
+    """What happened to a tracked pod since the last reconcile, or None if nothing did.
+
+    `previous` is the tracked "uid/restartCount" of the pod under this name; `pod` is what is there now.
+    """
+    if previous is None or pod is None or pod.role is None:
+        return None
+    uid, restarts = _tracked(previous)
+    if pod.disruption is not None and (pod.failed or pod.deleting):
+        reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
+        return Failure(
+            pod.role, pod.name, pod.index, reason, f"DisruptionTarget: {pod.disruption}", disruption=True
+        )
+    if pod.failed:
+        if pod.pod_reason == "Evicted":
+            return Failure(pod.role, pod.name, pod.index, "Evicted", "", disruption=True)
+        return _termination_failure(pod, pod.terminated, pod.pod_reason or "Failed")
+    if pod.uid != uid:
+        # Replaced since we last looked: the old pod is gone, and with it the details.
+        return Failure(pod.role, pod.name, pod.index, "Replaced", "the pod was replaced by a new one")
+    if pod.restarts > restarts:
+        return _termination_failure(pod, pod.last_terminated, "Restarted")
+    if pod.deleting:
+        return Failure(pod.role, pod.name, pod.index, "Deleted", "the pod is being deleted")
+    return None
+
+
+def detect_failures(tracking: dict[str, str], pods: list[PodView]) -> list[Failure]:
+    """Failures of tracked parameter server and worker pods, including pods that vanished."""
+    by_name = {p.name: p for p in pods}
+    failures: list[Failure] = []
+    for name, previous in sorted(tracking.items()):
+        pod = by_name.get(name)
+        if pod is None:
+            role = Role.PS if "-ps-" in name else Role.WORKER
+            index_text = name.rsplit("-", 1)[-1]
+            index = int(index_text) if index_text.isdigit() else None
+            failures.append(Failure(role, name, index, "Deleted", "the pod disappeared"))
+            continue
+        failure = classify_pod_failure(previous, pod)
+        if failure is not None:
+            failures.append(failure)
+    return failures
+
+
+def _chief_failure(pod: PodView | None, job_reason: str | None, job_message: str) -> Failure:
+    if pod is None:
+        return Failure(Role.CHIEF, "", 0, job_reason or "Failed", job_message)
+    if pod.disruption is not None:
+        reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
+        return Failure(Role.CHIEF, pod.name, 0, reason, pod.disruption, disruption=True)
+    return _termination_failure(pod, pod.terminated, job_reason or "Failed")
+
+
+def startup_error(pod: PodView, now: datetime, grace_seconds: int) -> Failure | None:
+    """A container that cannot start (bad image, bad config) for longer than the grace period."""
+    if pod.waiting_reason not in START_ERRORS or pod.role is None:
+        return None
+    created = parse_time(pod.created)
+    if created is None or (now - created).total_seconds() < grace_seconds:
+        return None
+    return Failure(
+        pod.role, pod.name, pod.index, pod.waiting_reason or "StartupError", pod.waiting_message[:512]
+    )
+
+
+def made_progress(status: PSTrainingJobStatus) -> bool:
+    """A newer checkpoint was written since the last restart."""
+    if status.checkpoint is None:
+        return False
+    return status.restart_checkpoint_step is None or status.checkpoint.step > status.restart_checkpoint_step
+
+
+def _restart(
+    spec: PSTrainingJobSpec,
+    status: PSTrainingJobStatus,
+    failure: Failure,
+    reason: str,
+    recorded: list[Failure],
+) -> RecoveryDecision:
+    counted = not failure.disruption and not made_progress(status)
+    budget_used = (0 if made_progress(status) else status.counted_restarts) + (1 if counted else 0)
+    if budget_used > spec.failure_policy.max_restarts:
+        return RecoveryDecision(
+            RecoveryAction.FAIL,
+            "RestartsExhausted",
+            f"{failure.describe()}; {status.counted_restarts} restarts without a newer checkpoint "
+            f"already, failurePolicy.maxRestarts is {spec.failure_policy.max_restarts}",
+            failure,
+            recorded=recorded,
+        )
+    what = "restarting the chief from the latest checkpoint"
+    budget = "not counted" if not counted else f"restart {budget_used} of {spec.failure_policy.max_restarts}"
+    return RecoveryDecision(
+        RecoveryAction.RESTART_FROM_CHECKPOINT,
+        reason,
+        f"{failure.describe()}; {what} ({budget})",
+        failure,
+        counted=counted,
+        recorded=recorded,
+    )
+
+
+def decide(
+    spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
+) -> RecoveryDecision:
+    """The recovery decision for a job that is neither finished nor suspended."""
+    failures = detect_failures(
+        status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER)
+    )
+    worker_failures = [f for f in failures if f.role is Role.WORKER]
+    ps_failures = [f for f in failures if f.role is Role.PS]
+    job = observed.chief_job
+    current = job is not None and job.attempt == status.restarts and not job.deleting
+    chief = observed.chief_pod(status.restarts)
+    grace = spec.failure_policy.startup_error_grace_seconds
+
+    for pod in [chief, *observed.role_pods(Role.PS), *observed.role_pods(Role.WORKER)]:
+        stuck = startup_error(pod, now, grace) if pod is not None else None
+        if stuck is not None:
+            return RecoveryDecision(
+                RecoveryAction.FAIL,
+                "StartupError",
+                f"{stuck.describe()}; failing after {grace}s",
+                stuck,
+                recorded=worker_failures,
+            )
+
+    if current and job is not None and job.failed:
+        failure = _chief_failure(chief, job.failure_reason, job.failure_message)
+        if (
+            failure.exit_code in spec.failure_policy.permanent_exit_codes
+            or job.failure_reason == "PodFailurePolicy"
+        ):
+            return RecoveryDecision(
+                RecoveryAction.FAIL,
+                "PermanentExitCode",
+                f"{failure.describe()}; the exit code is in failurePolicy.permanentExitCodes",
+                failure,
+                recorded=worker_failures,
+            )
+        return _restart(spec, status, failure, "ChiefFailed", worker_failures)
+
+    if ps_failures and current and status.tracking.ps_established:
+        return _restart(
+            spec, status, ps_failures[0], "ParameterServerLost", worker_failures + ps_failures[1:]
+        )
+
+    recorded = worker_failures + ps_failures
+    if recorded:
+        return RecoveryDecision(
+            RecoveryAction.RECORD,
+            "WorkerLost" if worker_failures else "ParameterServerLost",
+            "; ".join(f.describe() for f in recorded),
+            recorded[0],
+            recorded=recorded,
+        )
+    return RecoveryDecision(RecoveryAction.NONE)
+
+
+def next_tracking(
+    status: PSTrainingJobStatus, observed: Observed, ps_replicas: int, restarted: bool, *, paused: bool
+) -> tuple[bool, dict[str, str]]:
+    """The tracking to store after this reconcile: (psEstablished, pods).
+
+    Paused (suspended or finished): nothing is tracked, since pods go away on purpose. After a
+    restart the new chief has not met the parameter servers yet, so they are not established.
+    """
+    if paused:
+        return False, {}
+    live = [
+        p
+        for p in observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER)
+        if not p.deleting and not p.failed
+    ]
+    pods = {p.name: track_entry(p) for p in live}
+    ps_running = [p for p in observed.role_pods(Role.PS) if p.running]
+    all_ps = len(ps_running) == ps_replicas
+    established = (False if restarted else status.tracking.ps_established) or (
+        all_ps
+        and not restarted
+        and observed.chief_job is not None
+        and observed.chief_job.attempt == status.restarts
+    )
+    return established, pods

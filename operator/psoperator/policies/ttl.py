@@ -1,0 +1,19 @@
+"""ttlSecondsAfterFinished: a finished job is deleted, and its children with it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.timeutil import parse_time
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def seconds_left(spec: PSTrainingJobSpec, status: PSTrainingJobStatus, now: datetime) -> float | None:
+    """Seconds until the job is to be deleted (negative once due), or None if it is not to be."""
+    ttl = spec.run_policy.ttl_seconds_after_finished
+    finished = parse_time(status.completion_time)
+    if ttl is None or finished is None or status.phase not in FINISHED_PHASES:
+        return None
+    return ttl - (now - finished).total_seconds()

@@ -1,0 +1,51 @@
+"""Status computed from observed children: replica counts and the phase they add up to."""
+
+from __future__ import annotations
+
+from psoperator.api import PSTrainingJobSpec, ReplicaStatus
+from psoperator.contract import Role
+from psoperator.observe import Observed
+
+
+def replica_statuses(
+    spec: PSTrainingJobSpec,
+    observed: Observed,
+    previous: dict[str, ReplicaStatus],
+    new_failures: dict[Role, int],
+    attempt: int,
+) -> dict[str, ReplicaStatus]:
+    desired = {Role.CHIEF: 1, Role.PS: spec.ps.replicas, Role.WORKER: spec.worker.replicas}
+    if spec.evaluator is not None:
+        desired[Role.EVALUATOR] = 1
+    result: dict[str, ReplicaStatus] = {}
+    for role, want in desired.items():
+        pods = [p for p in observed.role_pods(role) if role is not Role.CHIEF or p.attempt == attempt]
+        before = previous.get(role.value, ReplicaStatus())
+        result[role.value] = ReplicaStatus(
+            desired=want,
+            ready=sum(1 for p in pods if p.ready and not p.deleting),
+            running=sum(1 for p in pods if p.running),
+            succeeded=sum(1 for p in pods if p.phase == "Succeeded"),
+            failed=sum(1 for p in pods if p.failed),
+            restarts=before.restarts + new_failures.get(role, 0),
+        )
+    return result
+
+
+def all_running(spec: PSTrainingJobSpec, observed: Observed, attempt: int) -> bool:
+    """The chief of the current attempt, every parameter server and every worker run."""
+    chief = observed.chief_pod(attempt)
+    ps = sum(1 for p in observed.role_pods(Role.PS) if p.running)
+    workers = sum(1 for p in observed.role_pods(Role.WORKER) if p.running)
+    return chief is not None and chief.running and ps == spec.ps.replicas and workers == spec.worker.replicas
+
+
+def running_phase(spec: PSTrainingJobSpec, observed: Observed, attempt: int, restarting: bool) -> str:
+    """Phase of a job that is neither finished nor suspended."""
+    if not observed.children:
+        return "Pending"
+    chief = observed.chief_pod(attempt)
+    ps_up = sum(1 for p in observed.role_pods(Role.PS) if p.running) == spec.ps.replicas
+    if chief is not None and chief.running and ps_up:
+        return "Running"
+    return "Restarting" if restarting else "Creating"
