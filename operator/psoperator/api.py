@@ -241,36 +241,40 @@ Phase = Literal["Pending", "Creating", "Running", "Restarting", "Succeeded", "Fa
 
 class Condition(_Status):
     type: str = Field(..., description="Created, Running, Restarting, Succeeded, Failed, Suspended, ...")
-    status: Literal["True", "False", "Unknown"]
+    status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
     reason: str = Field(..., description="CamelCase reason for the last transition.")
     message: str = Field("", description="Human-readable details.")
-    last_transition_time: str = Field(..., alias="lastTransitionTime")
-    observed_generation: int | None = Field(None, alias="observedGeneration")
+    last_transition_time: str = Field(
+        ..., alias="lastTransitionTime", description="When the status last changed (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        None, alias="observedGeneration", description="The spec generation the condition was computed from."
+    )
 
 
 class ReplicaStatus(_Status):
-    desired: int = 0
-    ready: int = 0
-    running: int = 0
-    succeeded: int = 0
-    failed: int = 0
+    desired: int = Field(0, description="Tasks of this role the spec asks for.")
+    ready: int = Field(0, description="Pods of this role that are Ready.")
+    running: int = Field(0, description="Pods of this role that are Running.")
+    succeeded: int = Field(0, description="Pods of this role that succeeded.")
+    failed: int = Field(0, description="Pods of this role that failed.")
     restarts: int = Field(0, description="Container restarts and pod replacements observed.")
 
 
 class FailureRecord(_Status):
-    role: str
-    index: int | None = None
-    pod: str | None = None
-    exit_code: int | None = Field(None, alias="exitCode")
+    role: str = Field(..., description="Role of the failed task: chief, ps, worker or evaluator.")
+    index: int | None = Field(None, description="Task index within its role.")
+    pod: str | None = Field(None, description="Name of the failed pod.")
+    exit_code: int | None = Field(None, alias="exitCode", description="Exit code of the failed container.")
     reason: str = Field(..., description="OOMKilled, Error, Evicted, Preempted, NodeLost, ...")
-    message: str = ""
-    time: str
+    message: str = Field("", description="Human-readable details.")
+    time: str = Field(..., description="When the failure was observed (RFC 3339).")
 
 
 class CheckpointStatus(_Status):
-    step: int
-    path: str | None = None
-    time: str | None = None
+    step: int = Field(..., description="Global step of the latest checkpoint.")
+    path: str | None = Field(None, description="Path or URI of the latest checkpoint.")
+    time: str | None = Field(None, description="When it was written (RFC 3339).")
 
 
 class Tracking(_Status):
@@ -287,9 +291,21 @@ class Tracking(_Status):
 
 
 class PSTrainingJobStatus(_Status):
-    phase: Phase = "Pending"
-    conditions: list[Condition] = Field(default_factory=list)
-    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, alias="replicaStatuses")
+    phase: Phase = Field(
+        "Pending", description="Pending, Creating, Running, Restarting, Succeeded, Failed or Suspended."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Latest observations of the job's state, one per type."
+    )
+    replica_statuses: dict[str, ReplicaStatus] = Field(
+        default_factory=dict, alias="replicaStatuses", description="Pod counts by role."
+    )
+    ps_ready: str | None = Field(
+        None, alias="psReady", description="Ready/desired parameter servers, e.g. 2/4 (kubectl get)."
+    )
+    workers_ready: str | None = Field(
+        None, alias="workersReady", description="Ready/desired workers, e.g. 8/8 (kubectl get)."
+    )
     restarts: int = Field(0, description="Coordinated restarts (chief restarted from the latest checkpoint).")
     counted_restarts: int = Field(
         0,
@@ -299,12 +315,20 @@ class PSTrainingJobStatus(_Status):
     restart_checkpoint_step: int | None = Field(
         None, alias="restartCheckpointStep", description="Checkpoint step when the last restart happened."
     )
-    tracking: Tracking = Field(default_factory=Tracking)
+    tracking: Tracking = Field(default_factory=Tracking, description=Tracking.__doc__)
     step: int | None = Field(None, description="Latest global step reported by the chief.")
     step_time: str | None = Field(None, alias="stepTime", description="When the step last advanced.")
-    resumed_from_step: int | None = Field(None, alias="resumedFromStep")
-    checkpoint: CheckpointStatus | None = None
-    last_failure: FailureRecord | None = Field(None, alias="lastFailure")
-    start_time: str | None = Field(None, alias="startTime")
-    completion_time: str | None = Field(None, alias="completionTime")
-    observed_generation: int | None = Field(None, alias="observedGeneration")
+    resumed_from_step: int | None = Field(
+        None, alias="resumedFromStep", description="Checkpoint step the current attempt resumed from."
+    )
+    checkpoint: CheckpointStatus | None = Field(None, description="The latest checkpoint seen.")
+    last_failure: FailureRecord | None = Field(
+        None, alias="lastFailure", description="The latest task failure."
+    )
+    start_time: str | None = Field(None, alias="startTime", description="When the job started (RFC 3339).")
+    completion_time: str | None = Field(
+        None, alias="completionTime", description="When the job succeeded or failed (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        None, alias="observedGeneration", description="The spec generation this status describes."
+    )
