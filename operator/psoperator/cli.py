@@ -47,7 +47,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from psoperator.render import RenderOptions, render_children
-    from psoperator.render.names import LABEL_POD_INDEX
 
     documents = list(yaml.safe_load_all(Path(args.file).read_text()))
     out = sys.stdout
@@ -70,7 +69,6 @@ def _render(args: argparse.Namespace) -> int:
                     tf = (env.get("TF_CONFIG") or "").replace("$(PSOP_TASK_INDEX)", str(index))
                     pod = f"{manifest['metadata']['name']}-{index}"
                     out.write(f"{pod}: {json.dumps(json.loads(tf), sort_keys=True)}\n")
-            del LABEL_POD_INDEX
             continue
         yaml.safe_dump_all(manifests, out, sort_keys=False)
     return 0

@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from collections.abc import Mapping
 from typing import Any
 
 import aiohttp

@@ -268,12 +268,10 @@ def next_tracking(
         if not p.deleting and not p.failed
     ]
     pods = {p.name: track_entry(p) for p in live}
-    ps_running = [p for p in observed.role_pods(Role.PS) if p.running]
-    all_ps = len(ps_running) == ps_replicas
-    established = (False if restarted else status.tracking.ps_established) or (
-        all_ps
-        and not restarted
-        and observed.chief_job is not None
-        and observed.chief_job.attempt == status.restarts
-    )
+    if restarted:
+        return False, pods
+    ps_running = sum(1 for p in observed.role_pods(Role.PS) if p.running)
+    chief_job = observed.chief_job
+    current = chief_job is not None and chief_job.attempt == status.restarts
+    established = status.tracking.ps_established or (ps_running == ps_replicas and current)
     return established, pods

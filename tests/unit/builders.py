@@ -1,0 +1,146 @@
+"""Small builders so a test reads like the objects it means: jobs, pods and Jobs as the API shows them."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psoperator.observe import Observed, parse_job, parse_pod
+from psoperator.render.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from psoperator.timeutil import format_time
+
+Obj = dict[str, Any]
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+JOB = "ctr"
+NS = "team-a"
+
+
+def job(**spec: Any) -> Obj:
+    base: Obj = {
+        "apiVersion": "psoperator.io/v1alpha1",
+        "kind": "PSTrainingJob",
+        "metadata": {"name": JOB, "namespace": NS, "uid": "job-uid", "generation": 1},
+        "spec": {
+            "image": "trainer:1",
+            "chief": {"template": {"spec": {"containers": [{"name": "trainer"}]}}},
+            "ps": {"replicas": 2, "template": {"spec": {"containers": [{"name": "trainer"}]}}},
+            "worker": {"replicas": 2, "template": {"spec": {"containers": [{"name": "trainer"}]}}},
+            "checkpoint": {"dir": "/ckpt"},
+        },
+    }
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(base["spec"].get(key), dict):
+            base["spec"][key] = {**base["spec"][key], **value}
+        else:
+            base["spec"][key] = value
+    return base
+
+
+def with_status(obj: Obj, **status: Any) -> Obj:
+    result = copy.deepcopy(obj)
+    result["status"] = status
+    return result
+
+
+def pod(
+    role: str,
+    index: int,
+    *,
+    uid: str | None = None,
+    phase: str = "Running",
+    restarts: int = 0,
+    attempt: int | None = None,
+    terminated: Obj | None = None,
+    last_terminated: Obj | None = None,
+    waiting: str | None = None,
+    disruption: str | None = None,
+    deleting: bool = False,
+    ready: bool = True,
+    created: datetime = NOW - timedelta(minutes=10),
+    ip: str | None = "10.0.0.1",
+) -> Obj:
+    name = f"{JOB}-{role}-{index}" if role != "chief" else f"{JOB}-chief-{attempt or 0}x"
+    labels = {LABEL_JOB: JOB, LABEL_ROLE: role, "apps.kubernetes.io/pod-index": str(index)}
+    if attempt is not None:
+        labels[LABEL_ATTEMPT] = str(attempt)
+    state: Obj = {"running": {}}
+    if terminated is not None:
+        state = {"terminated": terminated}
+    elif waiting is not None:
+        state = {"waiting": {"reason": waiting, "message": f"{waiting} happened"}}
+    conditions = [{"type": "Ready", "status": "True" if ready and phase == "Running" else "False"}]
+    if disruption:
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+    meta: Obj = {
+        "name": name,
+        "uid": uid or f"{name}-uid",
+        "labels": labels,
+        "creationTimestamp": format_time(created),
+    }
+    if deleting:
+        meta["deletionTimestamp"] = format_time(NOW)
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": "node-1"},
+        "status": {
+            "phase": phase,
+            "podIP": ip,
+            "conditions": conditions,
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "restartCount": restarts,
+                    "state": state,
+                    **({"lastState": {"terminated": last_terminated}} if last_terminated else {}),
+                }
+            ],
+        },
+    }
+
+
+def chief_job(attempt: int = 0, *, failed: str | None = None, complete: bool = False) -> Obj:
+    conditions = []
+    if failed:
+        conditions.append(
+            {"type": "Failed", "status": "True", "reason": failed, "message": f"{failed} message"}
+        )
+    if complete:
+        conditions.append({"type": "Complete", "status": "True"})
+    return {
+        "kind": "Job",
+        "metadata": {"name": f"{JOB}-chief", "labels": {LABEL_JOB: JOB, LABEL_ATTEMPT: str(attempt)}},
+        "spec": {"suspend": False},
+        "status": {"conditions": conditions, "active": 0 if (failed or complete) else 1},
+    }
+
+
+def observed(pods: list[Obj], job_obj: Obj | None = None) -> Observed:
+    children: dict[tuple[str, str], Obj] = {("Service", f"{JOB}-ps"): {}}
+    if job_obj is not None:
+        children[("Job", job_obj["metadata"]["name"])] = job_obj
+    return Observed(
+        pods=[parse_pod(p) for p in pods],
+        chief_job=parse_job(job_obj) if job_obj is not None else None,
+        children=children,
+    )
+
+
+def running_cluster(attempt: int = 0, ps_restarts: int = 0) -> list[Obj]:
+    return [
+        pod("chief", 0, attempt=attempt),
+        pod("ps", 0, restarts=ps_restarts),
+        pod("ps", 1),
+        pod("worker", 0),
+        pod("worker", 1),
+    ]
+
+
+def tracking_of(pods: list[Obj]) -> Obj:
+    entries = {}
+    for p in pods:
+        role = p["metadata"]["labels"][LABEL_ROLE]
+        if role in ("ps", "worker"):
+            restarts = p["status"]["containerStatuses"][0]["restartCount"]
+            entries[p["metadata"]["name"]] = f"{p['metadata']['uid']}/{restarts}"
+    return {"psEstablished": True, "pods": entries}

@@ -1,0 +1,286 @@
+"""One reconcile end to end, without a cluster: status, render options and events."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from psoperator.contract import ProgressReport
+from psoperator.observe import Observed
+from psoperator.reconcile import plan_reconcile
+from psoperator.timeutil import format_time
+from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of, with_status
+
+BASE = running_cluster()
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status.get("conditions", [])}
+
+
+def test_new_job_starts_creating_children() -> None:
+    plan = plan_reconcile(job(), Observed(), None, NOW)
+    assert plan.status["phase"] == "Pending"
+    assert plan.render is not None and plan.render.attempt == 0 and not plan.render.suspended
+    assert plan.status["startTime"] == format_time(NOW)
+    assert plan.status["observedGeneration"] == 1
+
+
+def test_running_job_reports_counts_and_running_condition() -> None:
+    plan = plan_reconcile(with_status(job(), phase="Creating"), observed(BASE, chief_job()), None, NOW)
+    assert plan.status["phase"] == "Running"
+    assert plan.status["replicaStatuses"]["ps"] == {
+        "desired": 2,
+        "ready": 2,
+        "running": 2,
+        "succeeded": 0,
+        "failed": 0,
+        "restarts": 0,
+    }
+    assert _conditions(plan.status)["Running"] == ("True", "AllRolesRunning")
+    assert [e.reason for e in plan.events] == ["Running"]
+    assert plan.status["tracking"]["psEstablished"] is True
+
+
+def test_ps_loss_restarts_the_chief_once_and_writes_it_first() -> None:
+    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    lost = [
+        p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh", phase="Pending") for p in BASE
+    ]
+    plan = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
+    assert plan.restarted and plan.render is not None and plan.render.attempt == 1
+    assert (plan.status["phase"], plan.status["restarts"], plan.status["countedRestarts"]) == (
+        "Restarting",
+        1,
+        0,
+    )
+    assert plan.status["restartCheckpointStep"] == 40
+    assert plan.status["lastFailure"]["role"] == "ps" and plan.status["lastFailure"]["index"] == 1
+    assert _conditions(plan.status)["Restarting"] == ("True", "ParameterServerLost")
+    assert [e.reason for e in plan.events] == ["ParameterServerLost"]
+
+    # The next reconcile sees the status it wrote and the old chief still there: no second restart.
+    again = plan_reconcile({**running, "status": plan.status}, observed(lost, chief_job(0)), None, NOW)
+    assert not again.restarted and again.status["restarts"] == 1 and again.render is not None
+    assert again.render.attempt == 1
+
+
+def test_restarting_ends_when_the_new_chief_runs() -> None:
+    status = {
+        "phase": "Restarting",
+        "restarts": 1,
+        "tracking": {"psEstablished": False, "pods": {}},
+        "conditions": [
+            {
+                "type": "Restarting",
+                "status": "True",
+                "reason": "ParameterServerLost",
+                "lastTransitionTime": format_time(NOW),
+            }
+        ],
+    }
+    plan = plan_reconcile(
+        with_status(job(), **status),
+        observed(running_cluster(attempt=1), chief_job(1)),
+        ProgressReport(state="running", step=45, resumedFromStep=40),
+        NOW,
+    )
+    assert plan.status["phase"] == "Running"
+    assert _conditions(plan.status)["Restarting"] == ("False", "Recovered")
+    assert plan.status["resumedFromStep"] == 40
+
+
+def test_chief_success_finishes_and_stops_the_other_roles() -> None:
+    done = [
+        pod(
+            "chief",
+            0,
+            attempt=0,
+            phase="Succeeded",
+            terminated={
+                "exitCode": 0,
+                "reason": "Completed",
+                "message": '{"state":"succeeded","step":100,"checkpointStep":100}',
+            },
+        ),
+        *BASE[1:],
+    ]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running"),
+        observed(done, chief_job(complete=True)),
+        ProgressReport(state="succeeded", step=100, checkpointStep=100),
+        NOW,
+    )
+    assert plan.status["phase"] == "Succeeded"
+    assert plan.status["completionTime"] == format_time(NOW)
+    assert plan.status["checkpoint"]["step"] == 100
+    assert plan.render is not None and plan.render.stopped
+    assert _conditions(plan.status)["Succeeded"] == ("True", "ChiefCompleted")
+
+
+def test_clean_pod_policy_none_keeps_pods() -> None:
+    plan = plan_reconcile(
+        with_status(
+            job(runPolicy={"cleanPodPolicy": "None"}), phase="Succeeded", completionTime=format_time(NOW)
+        ),
+        observed(BASE),
+        None,
+        NOW,
+    )
+    assert plan.render is not None and not plan.render.stopped
+
+
+def test_permanent_exit_code_fails_the_job_with_reason() -> None:
+    failed = [
+        pod(
+            "chief",
+            0,
+            attempt=0,
+            phase="Failed",
+            terminated={"exitCode": 1, "reason": "Error", "message": "ZeroDivisionError"},
+        ),
+        *BASE[1:],
+    ]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running", tracking=tracking_of(BASE)),
+        observed(failed, chief_job(failed="PodFailurePolicy")),
+        None,
+        NOW,
+    )
+    assert plan.status["phase"] == "Failed"
+    assert _conditions(plan.status)["Failed"] == ("True", "PermanentExitCode")
+    assert plan.status["lastFailure"]["exitCode"] == 1
+    assert plan.render is not None and plan.render.stopped
+
+
+def test_oom_killed_ps_carries_the_planners_suggestion() -> None:
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    pods = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, restarts=1, last_terminated=oom)
+        for p in BASE
+    ]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running", tracking=tracking_of(BASE)),
+        observed(pods, chief_job()),
+        None,
+        NOW,
+    )
+    assert plan.status["lastFailure"]["reason"] == "OOMKilled"
+    assert "memory" in plan.status["lastFailure"]["message"]
+
+
+def test_suspend_and_resume() -> None:
+    suspended = plan_reconcile(
+        with_status(
+            job(runPolicy={"suspend": True}), phase="Running", tracking=tracking_of(BASE), startTime="x"
+        ),
+        observed(BASE),
+        None,
+        NOW,
+    )
+    assert suspended.status["phase"] == "Suspended"
+    assert suspended.render is not None and suspended.render.suspended
+    assert suspended.status["tracking"] == {"psEstablished": False, "pods": {}}
+    assert "startTime" not in suspended.status
+    resumed = plan_reconcile({**job(), "status": suspended.status}, observed([]), None, NOW)
+    assert resumed.render is not None and not resumed.render.suspended
+    assert _conditions(resumed.status)["Suspended"] == ("False", "Resumed")
+    assert "Resumed" in [e.reason for e in resumed.events]
+
+
+def test_deadline_fails_the_job() -> None:
+    started = format_time(NOW - timedelta(seconds=61))
+    plan = plan_reconcile(
+        with_status(job(runPolicy={"activeDeadlineSeconds": 60}), phase="Running", startTime=started),
+        observed(BASE, chief_job()),
+        None,
+        NOW,
+    )
+    assert (plan.status["phase"], _conditions(plan.status)["Failed"][1]) == ("Failed", "DeadlineExceeded")
+
+
+def test_deadline_schedules_the_next_reconcile() -> None:
+    started = format_time(NOW - timedelta(seconds=50))
+    plan = plan_reconcile(
+        with_status(job(runPolicy={"activeDeadlineSeconds": 60}), phase="Running", startTime=started),
+        observed(BASE, chief_job()),
+        None,
+        NOW,
+    )
+    assert plan.requeue_after == 10
+
+
+def test_ttl_deletes_a_finished_job_when_due() -> None:
+    finished = format_time(NOW - timedelta(seconds=30))
+    early = plan_reconcile(
+        with_status(
+            job(runPolicy={"ttlSecondsAfterFinished": 60}), phase="Succeeded", completionTime=finished
+        ),
+        observed([]),
+        None,
+        NOW,
+    )
+    assert not early.delete_job and early.requeue_after == 30
+    due = plan_reconcile(
+        with_status(job(runPolicy={"ttlSecondsAfterFinished": 10}), phase="Failed", completionTime=finished),
+        observed([]),
+        None,
+        NOW,
+    )
+    assert due.delete_job
+
+
+def test_stalled_when_the_step_does_not_move() -> None:
+    since = format_time(NOW - timedelta(seconds=120))
+    status = {"phase": "Running", "step": 7, "stepTime": since, "tracking": tracking_of(BASE)}
+    plan = plan_reconcile(
+        with_status(job(failurePolicy={"stallTimeoutSeconds": 60}), **status),
+        observed(BASE, chief_job()),
+        ProgressReport(state="running", step=7),
+        NOW,
+    )
+    assert _conditions(plan.status)["Stalled"] == ("True", "NoProgress")
+    moving = plan_reconcile(
+        with_status(job(failurePolicy={"stallTimeoutSeconds": 60}), **status),
+        observed(BASE, chief_job()),
+        ProgressReport(state="running", step=8),
+        NOW,
+    )
+    assert "Stalled" not in _conditions(moving.status)
+
+
+def test_invalid_spec_fails_without_children() -> None:
+    plan = plan_reconcile({**job(), "spec": {"chief": {}}}, observed([]), None, NOW)
+    assert plan.render is None
+    assert _conditions(plan.status)["Failed"][1] == "InvalidSpec"
+
+
+def test_undersized_ps_with_enforce_does_not_start() -> None:
+    model = {"parameters": 4_000_000_000, "optimizer": "adam", "enforce": True}
+    ps = {
+        "replicas": 2,
+        "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"memory": "1Gi"}}}]}},
+    }
+    plan = plan_reconcile(job(model=model, ps=ps), observed([]), None, NOW)
+    assert plan.render is None and plan.status["phase"] == "Failed"
+    assert _conditions(plan.status)["SizingWarning"][0] == "True"
+    assert {"SizingWarning", "Undersized"} <= {e.reason for e in plan.events}
+
+
+def test_undersized_ps_without_enforce_warns_and_starts() -> None:
+    model = {"parameters": 4_000_000_000, "optimizer": "adam"}
+    ps = {
+        "replicas": 2,
+        "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"memory": "1Gi"}}}]}},
+    }
+    plan = plan_reconcile(job(model=model, ps=ps), Observed(), None, NOW)
+    assert plan.render is not None and plan.status["phase"] == "Pending"
+    assert _conditions(plan.status)["SizingWarning"] == ("True", "PSMemoryUndersized")
+
+
+def test_garbled_progress_is_ignored() -> None:
+    assert ProgressReport.parse(b"\xff not json") is None
+    assert ProgressReport.parse("[1, 2]") is None
+    assert ProgressReport.parse('{"step": -3}') is None
+    plan = plan_reconcile(with_status(job(), phase="Running", step=5), observed(BASE, chief_job()), None, NOW)
+    assert plan.status["step"] == 5

@@ -1,0 +1,239 @@
+"""The recovery matrix, row by row: observed failures in, the decision out."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.observe import parse_pod
+from psoperator.policies.recovery import (
+    RecoveryAction,
+    classify_pod_failure,
+    decide,
+    detect_failures,
+    next_tracking,
+)
+from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of
+
+
+def _status(**fields: Any) -> PSTrainingJobStatus:
+    return PSTrainingJobStatus.model_validate({"phase": "Running", **fields})
+
+
+def _spec(**overrides: Any) -> PSTrainingJobSpec:
+    return PSTrainingJobSpec.model_validate(job(**overrides)["spec"])
+
+
+BASE = running_cluster()
+TRACKED = tracking_of(BASE)
+OOM = {"exitCode": 137, "reason": "OOMKilled", "message": ""}
+
+
+def _with(role: str, index: int, **changes: Any) -> list[dict[str, Any]]:
+    """The running cluster with one pod replaced by a changed one."""
+    return [
+        pod(role, index, **changes) if (p["metadata"]["name"] == f"ctr-{role}-{index}") else p for p in BASE
+    ]
+
+
+@pytest.mark.parametrize(
+    "pods,job_obj,action,reason,counted",
+    [
+        pytest.param(BASE, chief_job(), RecoveryAction.NONE, "", False, id="all-healthy"),
+        pytest.param(
+            _with("worker", 1, restarts=1, last_terminated=OOM),
+            chief_job(),
+            RecoveryAction.RECORD,
+            "WorkerLost",
+            False,
+            id="worker-restarted-in-place",
+        ),
+        pytest.param(
+            [p for p in BASE if p["metadata"]["name"] != "ctr-worker-0"],
+            chief_job(),
+            RecoveryAction.RECORD,
+            "WorkerLost",
+            False,
+            id="worker-deleted",
+        ),
+        pytest.param(
+            _with("worker", 0, phase="Failed", disruption="EvictionByEvictionAPI"),
+            chief_job(),
+            RecoveryAction.RECORD,
+            "WorkerLost",
+            False,
+            id="worker-evicted",
+        ),
+        pytest.param(
+            _with("ps", 1, restarts=1, last_terminated=OOM),
+            chief_job(),
+            RecoveryAction.RESTART_FROM_CHECKPOINT,
+            "ParameterServerLost",
+            True,
+            id="ps-restarted-in-place",
+        ),
+        pytest.param(
+            _with("ps", 0, uid="new-uid"),
+            chief_job(),
+            RecoveryAction.RESTART_FROM_CHECKPOINT,
+            "ParameterServerLost",
+            True,
+            id="ps-replaced",
+        ),
+        pytest.param(
+            [p for p in BASE if p["metadata"]["name"] != "ctr-ps-1"],
+            chief_job(),
+            RecoveryAction.RESTART_FROM_CHECKPOINT,
+            "ParameterServerLost",
+            True,
+            id="ps-deleted",
+        ),
+        pytest.param(
+            _with("ps", 0, phase="Failed", disruption="PreemptionByScheduler"),
+            chief_job(),
+            RecoveryAction.RESTART_FROM_CHECKPOINT,
+            "ParameterServerLost",
+            False,
+            id="ps-preempted",
+        ),
+        pytest.param(
+            [
+                pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"}),
+                *BASE[1:],
+            ],
+            chief_job(failed="BackoffLimitExceeded"),
+            RecoveryAction.RESTART_FROM_CHECKPOINT,
+            "ChiefFailed",
+            True,
+            id="chief-retryable-exit",
+        ),
+        pytest.param(
+            [
+                pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 2, "reason": "Error"}),
+                *BASE[1:],
+            ],
+            chief_job(failed="PodFailurePolicy"),
+            RecoveryAction.FAIL,
+            "PermanentExitCode",
+            False,
+            id="chief-permanent-exit",
+        ),
+    ],
+)
+def test_recovery_matrix(
+    pods: list[dict[str, Any]], job_obj: dict[str, Any], action: RecoveryAction, reason: str, counted: bool
+) -> None:
+    decision = decide(_spec(), _status(tracking=TRACKED), observed(pods, job_obj), NOW)
+    assert (decision.action, decision.reason, decision.counted) == (action, reason, counted)
+
+
+def test_oom_is_reported_with_exit_code() -> None:
+    decision = decide(
+        _spec(),
+        _status(tracking=TRACKED),
+        observed(_with("ps", 1, restarts=1, last_terminated=OOM), chief_job()),
+        NOW,
+    )
+    assert decision.failure is not None
+    assert (decision.failure.reason, decision.failure.exit_code, decision.failure.index) == (
+        "OOMKilled",
+        137,
+        1,
+    )
+
+
+def test_ps_failure_before_the_ps_were_established_is_only_recorded() -> None:
+    tracking = {**TRACKED, "psEstablished": False}
+    decision = decide(
+        _spec(), _status(tracking=tracking), observed(_with("ps", 0, uid="new"), chief_job()), NOW
+    )
+    assert decision.action is RecoveryAction.RECORD
+
+
+def test_a_restart_already_recorded_is_not_made_again() -> None:
+    """Status says attempt 1 while the failed Job is attempt 0: the restart is under way, not new."""
+    pods = [
+        pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"}),
+        *BASE[1:],
+    ]
+    status = _status(restarts=1, tracking={"psEstablished": False, "pods": TRACKED["pods"]})
+    decision = decide(_spec(), status, observed(pods, chief_job(0, failed="BackoffLimitExceeded")), NOW)
+    assert decision.action is RecoveryAction.NONE
+
+
+def test_budget_runs_out_without_progress() -> None:
+    status = _status(
+        tracking=TRACKED, restarts=3, countedRestarts=2, restartCheckpointStep=100, checkpoint={"step": 100}
+    )
+    pods = _with("ps", 0, uid="again")
+    spec = _spec(failurePolicy={"maxRestarts": 2})
+    decision = decide(spec, status, observed(pods, chief_job(3)), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "RestartsExhausted")
+
+
+def test_progress_resets_the_budget() -> None:
+    status = _status(
+        tracking=TRACKED, restarts=3, countedRestarts=2, restartCheckpointStep=100, checkpoint={"step": 200}
+    )
+    decision = decide(
+        _spec(failurePolicy={"maxRestarts": 2}),
+        status,
+        observed(_with("ps", 0, uid="again"), chief_job(3)),
+        NOW,
+    )
+    assert decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT
+    assert decision.counted is False
+
+
+def test_image_pull_error_fails_after_the_grace_period_only() -> None:
+    young = [
+        pod("chief", 0, attempt=0, waiting="ErrImagePull", created=NOW - timedelta(seconds=30)),
+        *BASE[1:],
+    ]
+    old = [
+        pod("chief", 0, attempt=0, waiting="ImagePullBackOff", created=NOW - timedelta(seconds=400)),
+        *BASE[1:],
+    ]
+    spec = _spec(failurePolicy={"startupErrorGraceSeconds": 300})
+    assert (
+        decide(spec, _status(tracking=TRACKED), observed(young, chief_job()), NOW).action
+        is RecoveryAction.NONE
+    )
+    decision = decide(spec, _status(tracking=TRACKED), observed(old, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "StartupError")
+
+
+def test_classify_ignores_a_healthy_pod_and_unknown_objects() -> None:
+    healthy = parse_pod(pod("ps", 0))
+    assert classify_pod_failure(f"{healthy.uid}/0", healthy) is None
+    assert classify_pod_failure(None, healthy) is None
+    odd = parse_pod(
+        {"metadata": {"name": "x", "labels": {"psoperator.io/role": "nonsense"}}, "status": "garbage"}
+    )
+    assert classify_pod_failure("uid/0", odd) is None
+
+
+def test_detect_failures_reports_each_vanished_pod_once() -> None:
+    pods = [parse_pod(p) for p in BASE if p["metadata"]["name"] != "ctr-worker-1"]
+    failures = detect_failures(TRACKED["pods"], pods)
+    assert [(f.pod, f.reason) for f in failures] == [("ctr-worker-1", "Deleted")]
+
+
+def test_tracking_establishes_ps_only_when_all_run_under_the_current_chief() -> None:
+    status = _status(tracking={"psEstablished": False, "pods": {}})
+    established, pods = next_tracking(status, observed(BASE, chief_job()), 2, restarted=False, paused=False)
+    assert established and set(pods) == {"ctr-ps-0", "ctr-ps-1", "ctr-worker-0", "ctr-worker-1"}
+    one_ps = [p for p in BASE if p["metadata"]["name"] != "ctr-ps-1"]
+    assert next_tracking(status, observed(one_ps, chief_job()), 2, restarted=False, paused=False)[0] is False
+    assert (
+        next_tracking(
+            _status(tracking=TRACKED), observed(BASE, chief_job()), 2, restarted=True, paused=False
+        )[0]
+        is False
+    )
+    assert next_tracking(
+        _status(tracking=TRACKED), observed(BASE, chief_job()), 2, restarted=False, paused=True
+    ) == (False, {})

@@ -1,0 +1,220 @@
+"""The renderers: golden output, determinism, and TF_CONFIG as TensorFlow reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from psoperator import contract
+from psoperator.render import RenderOptions, render_children
+from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT
+from tests.unit.builders import JOB, NS, job
+
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "ctr-job.yaml"
+
+
+def _by_kind(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def _kubelet_tf_config(container: dict[str, Any], index: int) -> dict[str, Any]:
+    """TF_CONFIG after the kubelet expands $(PSOP_TASK_INDEX) from the pod-index label."""
+    value = _env(container)["TF_CONFIG"]
+    return json.loads(re.sub(r"\$\(PSOP_TASK_INDEX\)", str(index), value))
+
+
+def _example() -> dict[str, Any]:
+    obj = yaml.safe_load(EXAMPLE.read_text())
+    obj["metadata"].update(namespace="default", uid="11111111-2222-3333-4444-555555555555")
+    return obj
+
+
+def test_example_matches_golden_file() -> None:
+    rendered = yaml.safe_dump_all(render_children(_example()), sort_keys=True)
+    golden = GOLDEN / "ctr-job.children.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text(), "rendering changed: rerun with UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_rendering_twice_is_identical() -> None:
+    assert render_children(_example()) == render_children(_example())
+
+
+def test_children_of_a_job() -> None:
+    kinds = sorted((m["kind"], m["metadata"]["name"]) for m in render_children(job()))
+    assert kinds == [
+        ("Job", "ctr-chief"),
+        ("Service", "ctr-chief"),
+        ("Service", "ctr-ps"),
+        ("Service", "ctr-worker"),
+        ("StatefulSet", "ctr-ps"),
+        ("StatefulSet", "ctr-worker"),
+    ]
+
+
+def test_every_child_is_owned_labelled_and_hashed() -> None:
+    for manifest in render_children(job()):
+        meta = manifest["metadata"]
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "psoperator.io/v1alpha1",
+                "kind": "PSTrainingJob",
+                "name": JOB,
+                "uid": "job-uid",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "ps-training-operator"
+        assert meta["labels"]["app.kubernetes.io/instance"] == JOB
+        assert meta["labels"]["psoperator.io/job-name"] == JOB
+        assert len(meta["annotations"][ANNOTATION_HASH]) == 16
+
+
+@pytest.mark.parametrize("role,count", [("ps", 2), ("worker", 3)])
+def test_tf_config_for_every_task(role: str, count: int) -> None:
+    manifests = _by_kind(render_children(job(ps={"replicas": 2}, worker={"replicas": 3})))
+    sts = manifests[("StatefulSet", f"ctr-{role}")]
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    assert _env(container)["PSOP_TASK_INDEX"] == {
+        "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
+    }
+    for index in range(count):
+        config = _kubelet_tf_config(container, index)
+        assert config["task"] == {"type": role, "index": index}
+        assert config["cluster"] == {
+            "chief": [f"ctr-chief-0.ctr-chief.{NS}.svc.cluster.local:2222"],
+            "ps": [f"ctr-ps-{i}.ctr-ps.{NS}.svc.cluster.local:2222" for i in range(2)],
+            "worker": [f"ctr-worker-{i}.ctr-worker.{NS}.svc.cluster.local:2222" for i in range(3)],
+        }
+
+
+def test_the_index_is_defined_before_tf_config_references_it() -> None:
+    sts = _by_kind(render_children(job()))[("StatefulSet", "ctr-ps")]
+    names = [e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert names.index("PSOP_TASK_INDEX") < names.index("TF_CONFIG")
+
+
+def test_chief_job_has_stable_hostname_and_operator_owned_retries() -> None:
+    chief = _by_kind(render_children(job(failurePolicy={"permanentExitCodes": [2, 1, 2]}), attempt=3))[
+        ("Job", "ctr-chief")
+    ]
+    pod_spec = chief["spec"]["template"]["spec"]
+    assert (pod_spec["hostname"], pod_spec["subdomain"]) == ("ctr-chief-0", "ctr-chief")
+    assert pod_spec["restartPolicy"] == "Never"
+    assert chief["spec"]["backoffLimit"] == 0
+    assert chief["spec"]["podFailurePolicy"]["rules"][0] == {
+        "action": "FailJob",
+        "onExitCodes": {"operator": "In", "values": [1, 2]},
+    }
+    assert chief["metadata"]["labels"][LABEL_ATTEMPT] == "3"
+    assert chief["spec"]["template"]["metadata"]["labels"][LABEL_ATTEMPT] == "3"
+    container = pod_spec["containers"][0]
+    assert _kubelet_tf_config(container, 99)["task"] == {"type": "chief", "index": 0}
+    assert {
+        "name": "progress",
+        "containerPort": contract.DEFAULT_PROGRESS_PORT,
+        "protocol": "TCP",
+    } in container["ports"]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_evaluator_is_not_part_of_the_cluster() -> None:
+    manifests = _by_kind(
+        render_children(job(evaluator={"template": {"spec": {"containers": [{"name": "e"}]}}}))
+    )
+    evaluator = manifests[("Job", "ctr-evaluator")]
+    config = json.loads(_env(evaluator["spec"]["template"]["spec"]["containers"][0])["TF_CONFIG"])
+    assert config["task"] == {"type": "evaluator", "index": 0}
+    assert "evaluator" not in config["cluster"]
+    assert ("Service", "ctr-evaluator") in manifests
+
+
+def test_services_are_headless_and_publish_unready_peers() -> None:
+    service = _by_kind(render_children(job(port=3333)))[("Service", "ctr-ps")]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"psoperator.io/job-name": JOB, "psoperator.io/role": "ps"}
+    assert service["spec"]["ports"][0]["port"] == 3333
+
+
+def test_checkpoint_volume_is_mounted_in_every_role() -> None:
+    volume = {"persistentVolumeClaim": {"claimName": "ckpt"}}
+    manifests = render_children(job(checkpoint={"dir": "/ckpt", "volume": volume}))
+    for manifest in manifests:
+        if manifest["kind"] == "Service":
+            continue
+        pod_spec = manifest["spec"]["template"]["spec"]
+        assert {"name": "psoperator-checkpoint", **volume} in pod_spec["volumes"]
+        mounts = pod_spec["containers"][0]["volumeMounts"]
+        assert {"name": "psoperator-checkpoint", "mountPath": "/ckpt"} in mounts
+        assert _env(pod_spec["containers"][0])["PSOP_CHECKPOINT_DIR"] == "/ckpt"
+
+
+def test_uri_checkpoint_gets_no_volume() -> None:
+    sts = _by_kind(render_children(job(checkpoint={"dir": "gs://bucket/ckpt"})))[("StatefulSet", "ctr-ps")]
+    assert "volumes" not in sts["spec"]["template"]["spec"]
+
+
+def test_user_settings_win_except_tf_config() -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "mine:2",
+                    "env": [
+                        {"name": "PSOP_PROGRESS_PORT", "value": "9999"},
+                        {"name": "TF_CONFIG", "value": "{}"},
+                    ],
+                },
+                {"name": "sidecar"},
+            ]
+        }
+    }
+    sts = _by_kind(render_children(job(ps={"template": template})))[("StatefulSet", "ctr-ps")]
+    main, sidecar = sts["spec"]["template"]["spec"]["containers"]
+    assert main["image"] == "mine:2" and sidecar["image"] == "trainer:1"
+    assert _env(main)["PSOP_PROGRESS_PORT"] == "9999"
+    assert [e["name"] for e in main["env"]].count("TF_CONFIG") == 1
+    assert _kubelet_tf_config(main, 1)["task"] == {"type": "ps", "index": 1}
+    assert "TF_CONFIG" in _env(sidecar)
+
+
+def test_suspended_and_stopped_jobs_run_no_pods() -> None:
+    suspended = _by_kind(render_children(job(evaluator={"template": {}}), RenderOptions(suspended=True)))
+    assert suspended[("StatefulSet", "ctr-ps")]["spec"]["replicas"] == 0
+    assert suspended[("Job", "ctr-chief")]["spec"]["suspend"] is True
+    assert suspended[("Job", "ctr-evaluator")]["spec"]["suspend"] is True
+    stopped = _by_kind(render_children(job(), RenderOptions(stopped=True)))
+    assert stopped[("StatefulSet", "ctr-worker")]["spec"]["replicas"] == 0
+    assert stopped[("Job", "ctr-chief")]["spec"]["suspend"] is False
+
+
+def test_pods_get_no_api_token_and_scheduling_settings() -> None:
+    sts = _by_kind(
+        render_children(job(scheduling={"schedulerName": "volcano", "priorityClassName": "high"}))
+    )[("StatefulSet", "ctr-worker")]
+    pod_spec = sts["spec"]["template"]["spec"]
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert (pod_spec["schedulerName"], pod_spec["priorityClassName"]) == ("volcano", "high")
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["spec"]["serviceName"] == "ctr-worker"
+
+
+def test_cluster_domain_is_configurable() -> None:
+    sts = _by_kind(render_children(job(), cluster_domain="corp.example"))[("StatefulSet", "ctr-ps")]
+    config = _kubelet_tf_config(sts["spec"]["template"]["spec"]["containers"][0], 0)
+    assert config["cluster"]["ps"][0] == f"ctr-ps-0.ctr-ps.{NS}.svc.corp.example:2222"
