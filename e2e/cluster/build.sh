@@ -27,12 +27,14 @@ build_kubernetes() {
   [ ${#missing[@]} -eq 0 ] && { log "kubernetes $K8S_VERSION: cached"; return; }
   local dir="$WORK/kubernetes-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
   mkdir -p "$dir" && cd "$dir"
-  [ -f go.mod ] || go mod init psoperator.local/build/kubernetes >/dev/null 2>&1
+  rm -f go.mod && go mod init psoperator.local/build/kubernetes >/dev/null 2>&1
   log "kubernetes $K8S_VERSION: resolving modules"
   local gomod
   gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   go mod edit -require "k8s.io/kubernetes@$K8S_VERSION"
-  grep -oE '^\s+k8s\.io/[a-z0-9-]+ v0\.0\.0' "$gomod" | awk '{print $1}' | sort -u | while read -r m; do
+  # Only the staging modules are pinned at exactly v0.0.0; pseudo-versions (k8s.io/utils,
+  # kube-openapi) are real published versions and must stay.
+  grep -oE '^\s+k8s\.io/[a-z0-9-]+ v0\.0\.0( |$)' "$gomod" | awk '{print $1}' | sort -u | while read -r m; do
     go mod edit -replace "$m=$m@$staging"
   done
   {

@@ -253,9 +253,9 @@ def plan_reconcile(
     status.tracking.ps_established, status.tracking.pods = recovery.next_tracking(
         old, observed, spec.ps.replicas, restarted, paused=False
     )
-    status.replica_statuses = replica_statuses(
-        spec, observed, old.replica_statuses, new_failures, status.restarts
-    )
+    status.replica_statuses = replica_statuses(spec, observed, old.replica_statuses, new_failures, status.restarts)
+    ps, workers = status.replica_statuses["ps"], status.replica_statuses["worker"]
+    status.ps_ready, status.workers_ready = f"{ps.ready}/{ps.desired}", f"{workers.ready}/{workers.desired}"
 
     restarting = restarted or (status.restarts > 0 and is_true(old.conditions, "Restarting"))
     phase = running_phase(spec, observed, status.restarts, restarting) if not restarted else "Restarting"

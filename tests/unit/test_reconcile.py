@@ -37,6 +37,7 @@ def test_running_job_reports_counts_and_running_condition() -> None:
         "failed": 0,
         "restarts": 0,
     }
+    assert (plan.status["psReady"], plan.status["workersReady"]) == ("2/2", "2/2")
     assert _conditions(plan.status)["Running"] == ("True", "AllRolesRunning")
     assert [e.reason for e in plan.events] == ["Running"]
     assert plan.status["tracking"]["psEstablished"] is True
