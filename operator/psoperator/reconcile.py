@@ -210,7 +210,8 @@ def plan_reconcile(
             requeue_after=left,
         )
 
-    decision = recovery.decide(spec, old, observed, now)
+    # With this reconcile's progress merged in: a chief that wrote a checkpoint and then failed made progress.
+    decision = recovery.decide(spec, status, observed, now)
     new_failures: dict[Role, int] = {}
     for failure in decision.recorded:
         new_failures[failure.role] = new_failures.get(failure.role, 0) + 1
@@ -242,7 +243,7 @@ def plan_reconcile(
     if restarted:
         assert decision.failure is not None
         new_failures[decision.failure.role] = new_failures.get(decision.failure.role, 0) + 1
-        progressed = recovery.made_progress(old)
+        progressed = recovery.made_progress(status)
         status.counted_restarts = (0 if progressed else old.counted_restarts) + (1 if decision.counted else 0)
         status.restarts = old.restarts + 1
         status.restart_checkpoint_step = status.checkpoint.step if status.checkpoint else None

@@ -285,3 +285,34 @@ def test_garbled_progress_is_ignored() -> None:
     assert ProgressReport.parse('{"step": -3}') is None
     plan = plan_reconcile(with_status(job(), phase="Running", step=5), observed(BASE, chief_job()), None, NOW)
     assert plan.status["step"] == 5
+
+
+def test_a_chief_that_checkpointed_before_failing_made_progress() -> None:
+    message = '{"state":"failed","step":250,"checkpointStep":200,"exitCode":138}'
+    failed = [
+        pod(
+            "chief",
+            0,
+            attempt=1,
+            phase="Failed",
+            terminated={"exitCode": 138, "reason": "Error", "message": message},
+        ),
+        *BASE[1:],
+    ]
+    status = {
+        "phase": "Running",
+        "restarts": 1,
+        "countedRestarts": 1,
+        "restartCheckpointStep": 100,
+        "checkpoint": {"step": 100},
+        "tracking": tracking_of(BASE),
+    }
+    plan = plan_reconcile(
+        with_status(job(failurePolicy={"maxRestarts": 1}), **status),
+        observed(failed, chief_job(1, failed="BackoffLimitExceeded")),
+        ProgressReport.parse(message),
+        NOW,
+    )
+    assert plan.restarted
+    assert (plan.status["restarts"], plan.status["countedRestarts"]) == (2, 0)
+    assert plan.status["checkpoint"]["step"] == 200 and plan.status["restartCheckpointStep"] == 200
