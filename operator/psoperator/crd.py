@@ -1,0 +1,446 @@
+"""The PSTrainingJob CustomResourceDefinition, generated from the typed models in api.py.
+
+`render_crd()` turns the pydantic JSON schemas of PSTrainingJobSpec and PSTrainingJobStatus into a
+structural apiextensions.k8s.io/v1 schema: $defs inlined, optional fields simply not required,
+defaults kept so the apiserver applies them, pod templates and the checkpoint volume replaced by
+the upstream Kubernetes schemas extracted into psoperator/schemas/. On top of the schema come the
+CEL rules (`x-kubernetes-validations`) that check what one field's schema cannot: bounds with a
+reason, the checkpoint dir's form, and which fields are immutable after creation.
+
+Immutable after creation: image, port, chief, ps (replicas included), worker (replicas included),
+evaluator, checkpoint, scheduling, model, failurePolicy.connectTimeoutSeconds (it is in every
+pod's environment). Mutable: all of runPolicy (suspend, activeDeadlineSeconds,
+ttlSecondsAfterFinished, cleanPodPolicy) and the rest of failurePolicy (maxRestarts,
+permanentExitCodes, stallTimeoutSeconds, startupErrorGraceSeconds), which only the operator reads.
+
+`python -m psoperator.crd` prints the CRD; `--write` writes it into crds/ and the Helm chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
+
+from psoperator.api import MAX_REPLICAS, PSTrainingJobSpec, PSTrainingJobStatus
+
+GROUP = "psoperator.io"
+VERSION = "v1alpha1"
+KIND = "PSTrainingJob"
+PLURAL = "pstrainingjobs"
+SINGULAR = "pstrainingjob"
+SHORT_NAMES = ["psjob", "psjobs"]
+CATEGORIES = ["psoperator"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# A job's name prefixes its Services (<job>-<role>), StatefulSet pods (<job>-worker-<i>) and the
+# StatefulSets' controller-revision-hash labels (<job>-worker-<10-char hash>), which must stay
+# DNS-1035 labels of at most 63 characters.
+MAX_JOB_NAME_LENGTH = 40
+
+# Where the generated CRD is committed, relative to the repository root.
+CRD_FILES = (
+    Path("crds/psoperator.io_pstrainingjobs.yaml"),
+    Path("charts/ps-training-operator/crds/psoperator.io_pstrainingjobs.yaml"),
+)
+HEADER = "# Generated from operator/psoperator/api.py by `python -m psoperator.crd --write`; do not edit.\n"
+
+UPSTREAM_MARKER = "x-psoperator-upstream"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One CEL rule; `message` names the field and says why."""
+
+    rule: str
+    message: str
+    field_path: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        out = {"rule": self.rule, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        return out
+
+
+def _immutable_optional(field: str, why: str) -> Rule:
+    """A transition rule on the parent: an optional field can be neither added, removed nor changed."""
+    return Rule(
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field} == oldSelf.{field})",
+        why,
+        field_path=f".{field}",
+    )
+
+
+def _replica_rules(role: str, what: str, why_immutable: str) -> list[Rule]:
+    return [
+        Rule(
+            f"self >= 1 && self <= {MAX_REPLICAS}",
+            f"spec.{role}.replicas must be 1 to {MAX_REPLICAS}: {what}",
+        ),
+        Rule("self == oldSelf", f"spec.{role}.replicas is immutable after creation: {why_immutable}"),
+    ]
+
+
+def _template_rule(role: str) -> Rule:
+    return _immutable_optional(
+        "template",
+        f"spec.{role}.template is immutable after creation: running pods would not follow it; delete "
+        "and recreate the job (it resumes from its checkpoint)",
+    )
+
+
+# CEL rules by location: a path of property names from the root schema, "items" stepping into a list.
+VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
+    (): [
+        Rule(
+            f"size(self.metadata.name) <= {MAX_JOB_NAME_LENGTH} && "
+            "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+            f"metadata.name must be at most {MAX_JOB_NAME_LENGTH} characters of lowercase letters, "
+            "digits and '-', starting with a letter and ending with a letter or digit: it prefixes the "
+            "names of the job's Services and pods, which must be DNS labels",
+        ),
+    ],
+    ("spec",): [
+        _immutable_optional(
+            "image",
+            "spec.image is immutable after creation: running pods would keep the old image; delete "
+            "and recreate the job to change it",
+        ),
+        _immutable_optional(
+            "evaluator",
+            "spec.evaluator cannot be added, removed or changed after creation; delete and recreate "
+            "the job to change it",
+        ),
+        _immutable_optional(
+            "model",
+            "spec.model is immutable after creation: the parameter servers were sized for it",
+        ),
+    ],
+    ("spec", "port"): [
+        Rule(
+            "self >= 1 && self <= 65535",
+            "spec.port must be a TCP port from 1 to 65535: every task serves gRPC on it",
+        ),
+        Rule(
+            "self == oldSelf",
+            "spec.port is immutable after creation: every task's TF_CONFIG names it",
+        ),
+    ],
+    ("spec", "chief"): [_template_rule("chief")],
+    ("spec", "chief", "replicas"): [
+        Rule(
+            "self == 1",
+            "spec.chief.replicas must be 1: ParameterServerStrategy has exactly one chief, which "
+            "coordinates the training",
+        ),
+    ],
+    ("spec", "ps"): [_template_rule("ps")],
+    ("spec", "ps", "replicas"): _replica_rules(
+        "ps",
+        "a job needs at least one parameter server to hold its variables",
+        "the variables are sharded over the parameter servers, and re-sharding a running job is not "
+        "supported in v1alpha1; delete and recreate the job (it resumes from its checkpoint)",
+    ),
+    ("spec", "worker"): [_template_rule("worker")],
+    ("spec", "worker", "replicas"): _replica_rules(
+        "worker",
+        "a job needs at least one worker to compute gradients",
+        "resizing the workers of a running job is not supported in v1alpha1; delete and recreate "
+        "the job (it resumes from its checkpoint)",
+    ),
+    ("spec", "checkpoint"): [
+        Rule(
+            "self == oldSelf",
+            "spec.checkpoint is immutable after creation: the job restores from and writes to it; "
+            "delete and recreate the job to move its checkpoints",
+        ),
+        Rule(
+            "!has(self.volume) || self.dir.startsWith('/')",
+            "spec.checkpoint.volume needs spec.checkpoint.dir to be an absolute path: the volume is "
+            "mounted at that path, and a gs://, s3:// or hdfs:// URI is not one",
+            field_path=".volume",
+        ),
+    ],
+    ("spec", "checkpoint", "dir"): [
+        Rule(
+            "self.startsWith('/') || self.matches('^(gs|s3|hdfs)://[^/]+')",
+            "spec.checkpoint.dir must be an absolute path inside the pods (starting with /) or a "
+            "gs://, s3:// or hdfs:// URI naming a bucket or host: a relative path would depend on "
+            "each container's working directory",
+        ),
+    ],
+    ("spec", "scheduling"): [
+        Rule(
+            "self == oldSelf",
+            "spec.scheduling is immutable after creation: it is part of every pod's spec; delete "
+            "and recreate the job to change it",
+        ),
+    ],
+    ("spec", "failurePolicy", "connectTimeoutSeconds"): [
+        Rule(
+            "self == oldSelf",
+            "spec.failurePolicy.connectTimeoutSeconds is immutable after creation: it is part of "
+            "every pod's environment",
+        ),
+    ],
+    ("spec", "failurePolicy", "permanentExitCodes", "items"): [
+        Rule(
+            "self >= 1 && self <= 255",
+            "spec.failurePolicy.permanentExitCodes must hold exit codes from 1 to 255: 0 is success, "
+            "and a process's exit code never exceeds 255",
+        ),
+    ],
+}
+
+# Schema additions that the models cannot express, by the same kind of path.
+OVERLAYS: dict[tuple[str, ...], dict[str, Any]] = {
+    # Duplicates are rejected by the apiserver ("Duplicate value").
+    ("spec", "failurePolicy", "permanentExitCodes"): {"x-kubernetes-list-type": "set"},
+    ("status", "conditions"): {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+}
+
+PRINTER_COLUMNS: list[dict[str, str]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase of the job."},
+    {
+        "name": "PS",
+        "type": "string",
+        "jsonPath": ".status.psReady",
+        "description": "Ready/desired parameter servers.",
+    },
+    {
+        "name": "Workers",
+        "type": "string",
+        "jsonPath": ".status.workersReady",
+        "description": "Ready/desired workers.",
+    },
+    {
+        "name": "Restarts",
+        "type": "integer",
+        "jsonPath": ".status.restarts",
+        "description": "Coordinated restarts counted against spec.failurePolicy.maxRestarts.",
+    },
+    {
+        "name": "Step",
+        "type": "integer",
+        "jsonPath": ".status.step",
+        "description": "Latest global step reported by the chief.",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+ROOT_DESCRIPTION = (
+    "PSTrainingJob runs a TensorFlow ParameterServerStrategy training job: one chief (the "
+    "coordinator), parameter servers that hold the variables, workers that compute gradients and "
+    "an optional evaluator, with TF_CONFIG set in every pod and recovery from checkpoints."
+)
+
+# Keys of a pydantic JSON schema node that are carried into the CRD as they are.
+_COPIED = (
+    "type",
+    "description",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "format",
+)
+_IGNORED = frozenset({"title"})
+_HANDLED = frozenset({"$ref", "anyOf", "properties", "required", "items", "additionalProperties"})
+
+
+class CRDSchemaError(ValueError):
+    """The models produced a JSON schema construct the CRD generator does not translate."""
+
+
+class _CallDefaultFactories(GenerateJsonSchema):
+    """Puts default_factory values into the schema, so the apiserver applies them too.
+
+    A nested model's default becomes `{}`: the apiserver then fills in the model's own field
+    defaults, which keeps each default written once.
+    """
+
+    def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
+        factory = schema.get("default_factory")
+        if factory is not None and not schema.get("default_factory_takes_data"):
+            value = factory()  # type: ignore[call-arg]
+            return {} if isinstance(value, BaseModel) else value
+        return super().get_default_value(schema)
+
+
+@cache
+def upstream_schema(name: str) -> dict[str, Any]:
+    """The extracted upstream schema for a `x-psoperator-upstream` marker (see schemas/extract.py)."""
+    text = resources.files("psoperator.schemas").joinpath(f"{name}.json").read_text()
+    document: dict[str, Any] = json.loads(text)
+    return document["schema"]  # type: ignore[no-any-return]
+
+
+def model_schema(model: type[BaseModel]) -> JsonSchemaValue:
+    return model.model_json_schema(by_alias=True, schema_generator=_CallDefaultFactories)
+
+
+def structural(model: type[BaseModel], *, defaults: bool) -> dict[str, Any]:
+    """The CRD schema of a model: $defs inlined, `X | None` as optional X, upstream types embedded."""
+    schema = model_schema(model)
+    return _convert(schema, schema.get("$defs", {}), defaults=defaults)
+
+
+def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], *, defaults: bool) -> dict[str, Any]:
+    node = dict(node)
+    node.pop("$defs", None)
+    if "$ref" in node:
+        target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
+        # Siblings of a reference (description, default) describe this use of the type.
+        return _convert({**target, **node}, defs, defaults=defaults)
+    if "anyOf" in node:
+        variants = [v for v in node.pop("anyOf") if v != {"type": "null"}]
+        if len(variants) != 1:
+            raise CRDSchemaError(f"only `X | None` unions are supported, got {variants}")
+        if node.get("default", ...) is None:
+            del node["default"]  # optional: simply not required
+        return _convert({**variants[0], **node}, defs, defaults=defaults)
+    unknown = set(node) - set(_COPIED) - _IGNORED - _HANDLED - {"default", UPSTREAM_MARKER}
+    if unknown:
+        raise CRDSchemaError(f"unexpected keys {sorted(unknown)} in {node}")
+    if UPSTREAM_MARKER in node:
+        embedded = copy.deepcopy(upstream_schema(node[UPSTREAM_MARKER]))
+        embedded["description"] = node["description"]
+        return embedded
+    out = {key: node[key] for key in _COPIED if key in node}
+    if defaults and node.get("default") is not None:
+        out["default"] = node["default"]
+    if "properties" in node:
+        out["properties"] = {
+            name: _convert(child, defs, defaults=defaults) for name, child in node["properties"].items()
+        }
+    if node.get("required"):
+        out["required"] = list(node["required"])
+    if "items" in node:
+        out["items"] = _convert(node["items"], defs, defaults=defaults)
+    additional = node.get("additionalProperties")
+    if isinstance(additional, Mapping):
+        out["additionalProperties"] = _convert(additional, defs, defaults=defaults)
+    elif additional is True:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    # additionalProperties: false needs nothing: the apiserver prunes (or, strict, rejects) unknowns.
+    return out
+
+
+def _at(schema: dict[str, Any], path: Sequence[str]) -> dict[str, Any]:
+    node = schema
+    for step in path:
+        try:
+            node = node["items"] if step == "items" else node["properties"][step]
+        except KeyError:
+            raise CRDSchemaError(f"no field {'.'.join(path)} in the schema (api.py changed?)") from None
+    return node
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The version's openAPIV3Schema, with CEL rules and overlays applied."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": ROOT_DESCRIPTION,
+        "properties": {
+            "apiVersion": {
+                "type": "string",
+                "description": "Versioned schema of this object: psoperator.io/v1alpha1.",
+            },
+            "kind": {"type": "string", "description": "PSTrainingJob."},
+            "metadata": {"type": "object"},
+            "spec": structural(PSTrainingJobSpec, defaults=True),
+            "status": structural(PSTrainingJobStatus, defaults=False),
+        },
+        "required": ["spec"],
+    }
+    schema["properties"]["spec"]["description"] = "The desired job. Most fields are immutable after creation."
+    schema["properties"]["status"]["description"] = "The observed state of the job, written by the operator."
+    for path, overlay in OVERLAYS.items():
+        _at(schema, path).update(copy.deepcopy(overlay))
+    for path, rules in VALIDATIONS.items():
+        _at(schema, path)["x-kubernetes-validations"] = [r.as_dict() for r in rules]
+    return schema
+
+
+def render_crd() -> dict[str, Any]:
+    """The PSTrainingJob CustomResourceDefinition as a manifest."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+def render_crd_yaml() -> str:
+    """The committed form of the CRD: a header, then block-style YAML in the manifest's key order."""
+    return HEADER + yaml.safe_dump(render_crd(), sort_keys=False, width=100)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m psoperator.crd", description="Print the CRD.")
+    parser.add_argument(
+        "--write", action="store_true", help="write it to " + " and ".join(str(p) for p in CRD_FILES)
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parents[2],
+        help="repository root for --write (default: the checkout this module is in)",
+    )
+    args = parser.parse_args(argv)
+    text = render_crd_yaml()
+    if not args.write:
+        sys.stdout.write(text)
+        return 0
+    for relative in CRD_FILES:
+        path = args.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path} ({len(text.encode())} bytes)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

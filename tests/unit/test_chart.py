@@ -1,0 +1,221 @@
+"""The Helm chart, linted and rendered with `helm template` (no cluster needed).
+
+helm comes from PATH or from the e2e build cache (e2e/cluster/build.sh). Without it these tests
+are skipped on a workstation and fail in CI (env CI set).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from psoperator import crd
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "ps-training-operator"
+CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
+KUBE_VERSION = "1.35.0"  # helm built from source assumes an old cluster unless told
+RELEASE, NAMESPACE = "psop", "ops"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    cached = CACHE / "bin" / "helm"
+    found = shutil.which("helm") or (str(cached) if cached.exists() else None)
+    if found is None:
+        reason = "helm not found on PATH or in the e2e cache: run e2e/cluster/cluster.sh build"
+        if os.environ.get("CI"):
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    return found
+
+
+def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def render(helm: str, *args: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The chart's objects by (kind, name)."""
+    result = run_helm(
+        helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args
+    )
+    assert result.returncode == 0, result.stderr
+    objects = [o for o in yaml.safe_load_all(result.stdout) if o]
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def chart_yaml() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    return loaded
+
+
+def one(objects: dict[tuple[str, str], dict[str, Any]], kind: str) -> dict[str, Any]:
+    [found] = [o for (k, _), o in objects.items() if k == kind]
+    return found
+
+
+def test_lint_passes(helm: str) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chart_metadata() -> None:
+    chart = chart_yaml()
+    assert chart["kubeVersion"] == ">=1.28.0-0"
+    assert chart["appVersion"] == metadata.version("psoperator"), "bump appVersion with the package"
+
+
+def test_clusters_older_than_1_28_are_refused(helm: str) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", "1.27.9")
+    assert result.returncode != 0
+    assert "kubeVersion" in result.stderr
+
+
+def test_default_objects(helm: str) -> None:
+    kinds = sorted(kind for kind, _ in render(helm))
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+
+
+def test_deployment(helm: str) -> None:
+    objects = render(helm)
+    deployment = one(objects, "Deployment")
+    assert deployment["metadata"]["namespace"] == NAMESPACE
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == one(objects, "ServiceAccount")["metadata"]["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    [container] = pod["containers"]
+    assert container["image"] == f"ps-training-operator:{chart_yaml()['appVersion']}"
+    assert container["args"] == ["run", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9090"} in container["env"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_values_drive_image_and_extra_args(helm: str) -> None:
+    objects = render(
+        helm,
+        "--set",
+        "image.repository=registry.example.com/psop",
+        "--set",
+        "image.tag=dev",
+        "--set",
+        "extraArgs={--verbose,--log-format=json}",
+        "--set",
+        "metrics.port=9191",
+    )
+    [container] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/psop:dev"
+    assert container["args"][3:] == ["--verbose", "--log-format=json"]
+    assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9191"} in container["env"]
+    assert one(objects, "Service")["spec"]["ports"][0]["port"] == 9191
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _expect(groups: list[str], resources: list[str], verbs: str) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for g in groups for r in resources for v in verbs.split()}
+
+
+def test_cluster_role_grants_exactly_what_the_operator_needs(helm: str) -> None:
+    owned = "get list watch create patch update delete"
+    expected = (
+        _expect(
+            ["psoperator.io"],
+            ["pstrainingjobs", "pstrainingjobs/status", "pstrainingjobs/finalizers"],
+            "get list watch patch update",
+        )
+        | _expect([""], ["services"], owned)
+        | _expect(["apps"], ["statefulsets"], owned)
+        | _expect(["batch"], ["jobs"], owned)
+        | _expect([""], ["pods"], "get list watch delete patch")
+        | _expect(["", "events.k8s.io"], ["events"], "create patch")
+        | _expect([""], ["namespaces"], "list watch")
+        | _expect(["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch")
+    )
+    objects = render(helm)
+    assert _grants(one(objects, "ClusterRole")["rules"]) == expected
+
+
+def test_binding_ties_the_role_to_the_service_account(helm: str) -> None:
+    objects = render(helm)
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == one(objects, "ClusterRole")["metadata"]["name"]
+    account = one(objects, "ServiceAccount")["metadata"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
+    ]
+
+
+def test_metrics_service_selects_the_operator_pod(helm: str) -> None:
+    objects = render(helm)
+    service = one(objects, "Service")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_service_monitor_is_optional(helm: str) -> None:
+    objects = render(helm, "--set", "metrics.serviceMonitor.enabled=true")
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    service_labels = one(objects, "Service")["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service_labels.items()
+    result = run_helm(
+        helm,
+        "template",
+        RELEASE,
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.service.enabled=false",
+    )
+    assert result.returncode != 0 and "metrics.service.enabled" in result.stderr
+
+
+def test_rbac_and_service_account_can_be_brought_by_the_user(helm: str) -> None:
+    objects = render(
+        helm,
+        "--set",
+        "rbac.create=false",
+        "--set",
+        "serviceAccount.create=false",
+        "--set",
+        "serviceAccount.name=ops-sa",
+    )
+    assert sorted(kind for kind, _ in objects) == ["Deployment", "Service"]
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
+
+
+def test_the_chart_installs_the_generated_crd(helm: str) -> None:
+    objects = render(helm, "--include-crds")
+    assert objects[("CustomResourceDefinition", crd.CRD_NAME)] == crd.render_crd()
