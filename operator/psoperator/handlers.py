@@ -131,7 +131,10 @@ async def reconcile_once(
         in_thread(state.kube.list_children, namespace, name), in_thread(state.kube.list_pods, namespace, name)
     )
     uid = job["metadata"]["uid"]
-    observed = observe([c for c in children if owned_by(c, uid)], pods, name)
+    ours = [c for c in children if owned_by(c, uid)]
+    # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
+    owners = {c["metadata"]["uid"] for c in ours}
+    observed = observe(ours, [p for p in pods if any(owned_by(p, o) for o in owners)], name)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)

@@ -1,0 +1,240 @@
+"""Recovery that knows the roles, row by row of the matrix, against the real control plane.
+
+Failures are injected through e2e/chaos.py; the real StatefulSet and Job controllers react to them
+as they would to a kubelet's report, and the operator must react on top.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from kubernetes import client
+
+from e2e import chaos, psjobs
+from e2e.conftest import OperatorProcess
+from e2e.util import holds_for, wait_for
+
+Obj = dict[str, Any]
+# "Within seconds": the operator reacts to the pod event; the budget covers a slow CI machine.
+RESTART_BUDGET_SECONDS = 10.0
+
+
+def _start(k8s: client.ApiClient, namespace: str, **spec: Any) -> tuple[Obj, Obj]:
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr", **spec))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    # Running means every PS ran under this chief: the next PS loss loses variables.
+    wait_for(
+        lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["psEstablished"],
+        timeout=30,
+        message="PS established",
+    )
+    return psjobs.running_pod(k8s, namespace, "ctr", "chief"), psjobs.status(k8s, namespace, "ctr")
+
+
+def _new_chief(k8s: client.ApiClient, namespace: str, old_uid: str, attempt: int) -> Obj:
+    def find() -> Obj | None:
+        for pod in psjobs.live_pods(k8s, namespace, "ctr", "chief"):
+            labels = pod["metadata"]["labels"]
+            if pod["metadata"]["uid"] != old_uid and labels.get(psjobs.LABEL_ATTEMPT) == str(attempt):
+                return pod
+        return None
+
+    return wait_for(find, timeout=RESTART_BUDGET_SECONDS, message=f"a chief pod of attempt {attempt}")
+
+
+def _events(k8s: client.ApiClient, namespace: str) -> list[Any]:
+    return (
+        client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr").items
+    )
+
+
+def test_worker_failure_leaves_the_chief_alone(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    worker = psjobs.running_pod(k8s, namespace, "ctr", "worker", 1)
+    chaos.fail_container(k8s, namespace, worker["metadata"]["name"], exit_code=1)
+
+    wait_for(
+        lambda: (psjobs.status(k8s, namespace, "ctr").get("lastFailure") or {}).get("role") == "worker",
+        timeout=20,
+        message="the worker failure recorded",
+    )
+    status = psjobs.status(k8s, namespace, "ctr")
+    assert status["lastFailure"]["index"] == 1 and status["lastFailure"]["exitCode"] == 1
+    assert status["replicaStatuses"]["worker"]["restarts"] >= 1
+    # The StatefulSet replaces the worker; the chief keeps running, nothing restarts.
+    wait_for(
+        lambda: (
+            psjobs.running_pod(k8s, namespace, "ctr", "worker", 1)["metadata"]["uid"]
+            != worker["metadata"]["uid"]
+        ),
+        timeout=30,
+        message="worker replaced",
+    )
+    assert holds_for(
+        lambda: (
+            psjobs.status(k8s, namespace, "ctr").get("restarts") == 0
+            and psjobs.status(k8s, namespace, "ctr").get("phase") == "Running"
+        ),
+        duration=3,
+    )
+    assert psjobs.running_pod(k8s, namespace, "ctr", "chief")["metadata"]["uid"] == chief["metadata"]["uid"]
+    assert "WorkerFailed" in {e.reason for e in _events(k8s, namespace)}
+
+
+def test_ps_failure_restarts_the_chief_within_seconds(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    ps = psjobs.running_pod(k8s, namespace, "ctr", "ps", 0)
+    started = time.monotonic()
+    chaos.fail_container(k8s, namespace, ps["metadata"]["name"], exit_code=137, reason="OOMKilled")
+    _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    elapsed = time.monotonic() - started
+    print(f"PS failure -> new chief pod: {elapsed:.2f}s")
+    assert elapsed < RESTART_BUDGET_SECONDS
+
+    status = psjobs.status(k8s, namespace, "ctr")
+    assert (status["restarts"], status["countedRestarts"]) == (1, 1)
+    assert status["lastFailure"]["role"] == "ps" and status["lastFailure"]["reason"] == "OOMKilled"
+    assert "memory" in status["lastFailure"]["message"]  # the planner's suggestion
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
+    assert psjobs.condition(status, "Restarting")["status"] == "False"  # type: ignore[index]
+    assert "ParameterServerLost" in {e.reason for e in _events(k8s, namespace)}
+
+
+def test_ps_restarted_in_place_restarts_the_chief(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    ps = psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)
+    chaos.restart_container(k8s, namespace, ps["metadata"]["name"], exit_code=138)
+    _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
+    assert status["restarts"] == 1 and status["lastFailure"]["index"] == 1
+    # The same PS pod, restarted in place, did not trigger a second restart.
+    assert holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
+
+
+def test_preempted_ps_restarts_without_counting(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    chaos.preempt_pod(k8s, namespace, psjobs.running_pod(k8s, namespace, "ctr", "ps", 0)["metadata"]["name"])
+    _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    status = psjobs.status(k8s, namespace, "ctr")
+    assert (status["restarts"], status["countedRestarts"]) == (1, 0)
+    assert status["lastFailure"]["reason"] == "Preempted"
+
+
+def test_permanent_exit_code_fails_the_job_and_cleans_up(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    chaos.fail_container(k8s, namespace, chief["metadata"]["name"], exit_code=2, message="bad flag --steps")
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=30)
+    failed = psjobs.condition(status, "Failed")
+    assert failed is not None and failed["reason"] == "PermanentExitCode"
+    assert status["lastFailure"]["exitCode"] == 2 and status["restarts"] == 0
+    # cleanPodPolicy All: parameter servers and workers are stopped.
+    apps = client.AppsV1Api(k8s)
+    wait_for(
+        lambda: (
+            apps.read_namespaced_stateful_set("ctr-ps", namespace).spec.replicas == 0
+            and not psjobs.live_pods(k8s, namespace, "ctr", "worker")
+        ),
+        timeout=30,
+        message="pods cleaned",
+    )
+
+
+def test_retryable_chief_exit_restarts_until_the_budget_runs_out_and_progress_resets_it(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace, failurePolicy={"maxRestarts": 1})
+    # 1st failure, no checkpoint yet: counted (1 of 1).
+    chaos.fail_container(k8s, namespace, chief["metadata"]["name"], exit_code=138)
+    chief = _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    assert psjobs.status(k8s, namespace, "ctr")["countedRestarts"] == 1
+    # 2nd failure after a newer checkpoint (the runtime's termination message): not counted.
+    report = json.dumps({"state": "failed", "step": 120, "checkpointStep": 100, "exitCode": 138})
+    psjobs.running_pod(k8s, namespace, "ctr", "chief")
+    chaos.fail_container(k8s, namespace, chief["metadata"]["name"], exit_code=138, message=report)
+    chief = _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=2)
+    status = psjobs.status(k8s, namespace, "ctr")
+    assert (status["restarts"], status["countedRestarts"], status["checkpoint"]["step"]) == (2, 0, 100)
+    # 3rd and 4th without progress: the 4th exceeds maxRestarts.
+    psjobs.running_pod(k8s, namespace, "ctr", "chief")
+    chaos.fail_container(k8s, namespace, chief["metadata"]["name"], exit_code=138)
+    chief = _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=3)
+    psjobs.running_pod(k8s, namespace, "ctr", "chief")
+    chaos.fail_container(k8s, namespace, chief["metadata"]["name"], exit_code=138)
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=30)
+    assert psjobs.condition(status, "Failed")["reason"] == "RestartsExhausted"  # type: ignore[index]
+
+
+def test_suspend_and_resume(k8s: client.ApiClient, namespace: str, operator: OperatorProcess) -> None:
+    _start(k8s, namespace)
+    psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": True}})
+    psjobs.wait_phase(k8s, namespace, "ctr", "Suspended", timeout=30)
+    wait_for(
+        lambda: not any(psjobs.live_pods(k8s, namespace, "ctr", r) for r in ("chief", "ps", "worker")),
+        timeout=60,
+        message="no pods while suspended",
+    )
+    psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": False}})
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    assert psjobs.condition(status, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
+    assert status["restarts"] == 0
+
+
+def test_deadline_fails_a_job_that_runs_too_long(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr", runPolicy={"activeDeadlineSeconds": 8}))
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=60)
+    assert psjobs.condition(status, "Failed")["reason"] == "DeadlineExceeded"  # type: ignore[index]
+
+
+def test_success_then_ttl_deletes_the_job(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace, runPolicy={"ttlSecondsAfterFinished": 3})
+    chaos.complete_pod(k8s, namespace, chief["metadata"]["name"])
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Succeeded", timeout=30)
+    assert status["completionTime"]
+    wait_for(lambda: psjobs.get(k8s, namespace, "ctr") is None, timeout=30, message="the job deleted by TTL")
+
+
+def test_operator_killed_after_deciding_a_restart_finishes_it_once(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    operator.kill()
+    # What a crash right after the status write leaves: restarts says 1, the chief is still attempt 0.
+    client.CustomObjectsApi(k8s).patch_namespaced_custom_object_status(
+        psjobs.GROUP, psjobs.VERSION, namespace, psjobs.PLURAL, "ctr",
+        {"status": {"restarts": 1, "countedRestarts": 1, "phase": "Restarting",
+                    "tracking": {"psEstablished": False}}},
+    )  # fmt: skip
+    operator.start()
+    _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
+    assert holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
+
+
+def test_operator_down_during_a_ps_failure_recovers_once_after_restart(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    operator.kill()
+    chaos.fail_container(
+        k8s, namespace, psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)["metadata"]["name"], 138
+    )
+    operator.start()
+    _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
+    assert holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
