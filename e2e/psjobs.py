@@ -48,18 +48,18 @@ def manifest(name: str, **spec: Any) -> Obj:
 
 
 def create(api: client.ApiClient, namespace: str, body: Obj) -> Obj:
-    result: Obj = client.CustomObjectsApi(api).create_namespaced_custom_object(
+    result = client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, copy.deepcopy(body)
     )
-    return result
+    return result if isinstance(result, dict) else {}
 
 
 def get(api: client.ApiClient, namespace: str, name: str) -> Obj | None:
     try:
-        result: Obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        result = client.CustomObjectsApi(api).get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name
         )
-        return result
+        return result if isinstance(result, dict) else None
     except ApiException as error:
         if error.status == 404:
             return None
@@ -82,11 +82,16 @@ def condition(job_status: Obj, type_: str) -> Obj | None:
 
 
 def wait_phase(api: client.ApiClient, namespace: str, name: str, phase: str, timeout: float = 60.0) -> Obj:
-    return wait_for(
-        lambda: (s := status(api, namespace, name)).get("phase") == phase and s,
+    def reached() -> Obj | None:
+        current = status(api, namespace, name)
+        return current if current.get("phase") == phase else None
+
+    result: Obj = wait_for(
+        reached,
         timeout=timeout,
         message=lambda: f"{name} phase {phase}; status is {status(api, namespace, name)}",
     )
+    return result
 
 
 def pods(api: client.ApiClient, namespace: str, name: str, role: str) -> list[Obj]:

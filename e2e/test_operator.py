@@ -18,18 +18,14 @@ from e2e.util import as_json, wait_for
 def _children(api: client.ApiClient, namespace: str, name: str) -> set[tuple[str, str]]:
     selector = f"{psjobs.LABEL_JOB}={name}"
     core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
-    found = {
-        ("Service", s.metadata.name)
-        for s in core.list_namespaced_service(namespace, label_selector=selector).items
+    listed = [
+        ("Service", core.list_namespaced_service(namespace, label_selector=selector)),
+        ("StatefulSet", apps.list_namespaced_stateful_set(namespace, label_selector=selector)),
+        ("Job", batch.list_namespaced_job(namespace, label_selector=selector)),
+    ]
+    return {
+        (kind, item["metadata"]["name"]) for kind, result in listed for item in as_json(api, result)["items"]
     }
-    found |= {
-        ("StatefulSet", s.metadata.name)
-        for s in apps.list_namespaced_stateful_set(namespace, label_selector=selector).items
-    }
-    found |= {
-        ("Job", j.metadata.name) for j in batch.list_namespaced_job(namespace, label_selector=selector).items
-    }
-    return found
 
 
 EXPECTED = {
@@ -56,8 +52,11 @@ def test_a_job_runs_with_its_children_and_tf_config(
     core = client.CoreV1Api(k8s)
     for role, pool in (("worker", "gpu"), ("ps", "cpu")):
         for pod in psjobs.pods(k8s, namespace, "ctr", role):
-            node = core.read_node(pod["spec"]["nodeName"])
-            assert node.metadata.labels.get("psoperator.io/pool") == pool, (role, pod["spec"]["nodeName"])
+            node = as_json(k8s, core.read_node(pod["spec"]["nodeName"]))
+            assert node["metadata"]["labels"].get("psoperator.io/pool") == pool, (
+                role,
+                pod["spec"]["nodeName"],
+            )
 
     # The kubelet would expand $(PSOP_TASK_INDEX) from the pod-index label the StatefulSet controller set.
     ps1 = psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)
@@ -95,12 +94,12 @@ def test_a_child_deleted_by_hand_comes_back(
     psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
     wait_for(lambda: _children(k8s, namespace, "ctr") == EXPECTED, timeout=30, message="children")
     apps = client.AppsV1Api(k8s)
-    old_uid = apps.read_namespaced_stateful_set("ctr-ps", namespace).metadata.uid
+    old_uid = as_json(k8s, apps.read_namespaced_stateful_set("ctr-ps", namespace))["metadata"]["uid"]
     apps.delete_namespaced_stateful_set("ctr-ps", namespace)
     client.CoreV1Api(k8s).delete_namespaced_service("ctr-worker", namespace)
     wait_for(
         lambda: (
-            apps.read_namespaced_stateful_set("ctr-ps", namespace).metadata.uid != old_uid
+            as_json(k8s, apps.read_namespaced_stateful_set("ctr-ps", namespace))["metadata"]["uid"] != old_uid
             and _children(k8s, namespace, "ctr") == EXPECTED
         ),
         timeout=30,

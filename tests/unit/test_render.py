@@ -31,11 +31,12 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
 def _kubelet_tf_config(container: dict[str, Any], index: int) -> dict[str, Any]:
     """TF_CONFIG after the kubelet expands $(PSOP_TASK_INDEX) from the pod-index label."""
     value = _env(container)["TF_CONFIG"]
-    return json.loads(re.sub(r"\$\(PSOP_TASK_INDEX\)", str(index), value))
+    parsed: dict[str, Any] = json.loads(re.sub(r"\$\(PSOP_TASK_INDEX\)", str(index), value))
+    return parsed
 
 
 def _example() -> dict[str, Any]:
-    obj = yaml.safe_load(EXAMPLE.read_text())
+    obj: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     obj["metadata"].update(namespace="default", uid="11111111-2222-3333-4444-555555555555")
     return obj
 
