@@ -77,12 +77,7 @@ def _render(args: argparse.Namespace) -> int:
 def _crd(args: argparse.Namespace) -> int:
     from psoperator import crd
 
-    if args.write:
-        for path in crd.write_files():
-            print(f"wrote {path}")
-    else:
-        yaml.safe_dump(crd.render_crd(), sys.stdout, sort_keys=False)
-    return 0
+    return crd.main(["--write"] if args.write else [])
 
 
 def build_parser() -> argparse.ArgumentParser:
