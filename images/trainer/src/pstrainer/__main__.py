@@ -1,0 +1,3 @@
+from pstrainer.cli import main
+
+main()

@@ -1,0 +1,137 @@
+"""How the runtime ends: exit-code classification, one prompt exit path, SIGTERM and the connect watchdog.
+
+TensorFlow's teardown can hang for seconds (gRPC channels, coordinator threads), so every exit is
+`os._exit` after a final flush. The first exit wins: a SIGTERM arriving while the main thread is
+already exiting cannot change the code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import NoReturn
+
+from psoperator.contract import ExitCode
+from pstrainer.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Names of the TensorFlow errors a restart can cure (tf.errors.*). The runtime passes the classes;
+# the names let the unit tests and the docs say the same thing without importing TensorFlow.
+RETRYABLE_TF_ERRORS: tuple[str, ...] = (
+    "UnavailableError",
+    "AbortedError",
+    "DeadlineExceededError",
+    "CancelledError",
+)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and what it wraps: the coordinator's `original_exception`, then `raise ... from`."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        wrapped = getattr(current, "original_exception", None)
+        current = wrapped if isinstance(wrapped, BaseException) else current.__cause__
+
+
+def classify_exception(exc: BaseException, retryable: tuple[type[BaseException], ...]) -> ExitCode:
+    """The exit code for an exception that ended training.
+
+    By type, never by message: every remote TF error carries "GRPC error information" text, and
+    an InvalidArgumentError from a worker is still a bug in the model.
+    """
+    for error in _chain(exc):
+        if isinstance(error, ConfigError):
+            return ExitCode.BAD_CONFIG
+        if isinstance(error, retryable):
+            return ExitCode.RETRYABLE
+        if isinstance(error, KeyboardInterrupt):
+            return ExitCode.TERMINATED
+    return ExitCode.PERMANENT
+
+
+def describe(exc: BaseException, limit: int = 400) -> str:
+    """A one-line reason for the termination message: the type and the first line of the text."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:limit]
+
+
+class Exiter:
+    """The single way out of the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hooks: list[Callable[[int, str], None]] = []
+
+    def on_exit(self, hook: Callable[[int, str], None]) -> None:
+        """Run hook(code, message) before the process exits (e.g. write the termination message)."""
+        self._hooks.append(hook)
+
+    def exit(self, code: int, message: str = "") -> NoReturn:
+        # Never released: whoever comes second waits here until the first one's os._exit.
+        self._lock.acquire()
+        level = logging.INFO if code == ExitCode.SUCCEEDED else logging.ERROR
+        log.log(level, "exiting with code %d: %s", code, message or "done")
+        for hook in self._hooks:
+            try:
+                hook(code, message)
+            except Exception:
+                log.exception("exit hook failed")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
+def block_sigterm() -> None:
+    """Block SIGTERM in this thread and every thread started later (TF's included).
+
+    Call first thing in main: a SIGTERM can then only be taken by the watcher thread, which runs
+    whatever the main thread is blocked in (a C++ join ignores Python signal handlers).
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+
+def watch_sigterm(exiter: Exiter) -> threading.Thread:
+    def wait() -> None:
+        received = signal.sigwait({signal.SIGTERM, signal.SIGINT})
+        exiter.exit(ExitCode.TERMINATED, f"terminated by {signal.Signals(received).name}")
+
+    thread = threading.Thread(target=wait, name="sigterm-watcher", daemon=True)
+    thread.start()
+    return thread
+
+
+class ConnectWatchdog:
+    """Exit RETRYABLE when the peers have not answered within the connect timeout.
+
+    A chief whose parameter server never comes otherwise waits forever inside TensorFlow.
+    """
+
+    def __init__(self, exiter: Exiter, timeout_seconds: float, what: str) -> None:
+        self._exiter = exiter
+        self._timeout = timeout_seconds
+        self._what = what
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="connect-watchdog", daemon=True)
+
+    def start(self) -> ConnectWatchdog:
+        self._thread.start()
+        return self
+
+    def disarm(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        if not self._done.wait(self._timeout):
+            self._exiter.exit(ExitCode.RETRYABLE, f"{self._what} did not answer within {self._timeout:g} s")

@@ -1,0 +1,134 @@
+"""What the chief tells the operator about training, without API credentials.
+
+GET /progress: the contract's ProgressReport as JSON. GET /metrics: Prometheus text. On exit the
+same report goes to the termination message path, where the kubelet picks it up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from psoperator.contract import METRICS_PATH, PROGRESS_PATH, ExitCode, ProgressReport
+
+log = logging.getLogger(__name__)
+
+
+class ProgressTracker:
+    """The chief's current report and its Prometheus view; safe to update from any thread."""
+
+    def __init__(self, total_steps: int | None = None) -> None:
+        self._lock = threading.Lock()
+        self._report = ProgressReport(state="starting", step=0, totalSteps=total_steps)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._gauges = {
+            "step": Gauge("pstrainer_global_step", "Global step reached.", registry=self.registry),
+            "total_steps": Gauge("pstrainer_total_steps", "Steps to train.", registry=self.registry),
+            "examples_per_second": Gauge(
+                "pstrainer_examples_per_second", "Training throughput.", registry=self.registry
+            ),
+            "loss": Gauge("pstrainer_loss", "Loss of the latest step.", registry=self.registry),
+            "checkpoint_step": Gauge(
+                "pstrainer_last_checkpoint_step", "Step of the latest checkpoint.", registry=self.registry
+            ),
+            "checkpoint_time": Gauge(
+                "pstrainer_last_checkpoint_timestamp_seconds",
+                "Unix time of the latest checkpoint.",
+                registry=self.registry,
+            ),
+            "resumed_from_step": Gauge(
+                "pstrainer_resumed_from_step", "Step restored at start.", registry=self.registry
+            ),
+        }
+        self._sync_gauges()
+
+    def update(self, **fields: Any) -> ProgressReport:
+        """Replace fields (python names of ProgressReport) and return the new report."""
+        with self._lock:
+            self._report = self._report.model_copy(update=fields)
+            self._sync_gauges()
+            return self._report
+
+    def snapshot(self) -> ProgressReport:
+        with self._lock:
+            return self._report
+
+    def finish(self, code: int, message: str) -> ProgressReport:
+        """The final report for an exit code."""
+        state = "succeeded" if code == ExitCode.SUCCEEDED else "failed"
+        return self.update(state=state, exit_code=code, message=message or None)
+
+    def _sync_gauges(self) -> None:
+        for name, gauge in self._gauges.items():
+            value = getattr(self._report, name)
+            if value is not None:
+                gauge.set(value)
+
+
+def write_termination_message(path: str | None, report: ProgressReport) -> None:
+    """Write the report where the kubelet reads a terminated container's message; never raises."""
+    if not path:
+        return
+    try:
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(report.to_json())
+    except OSError as err:
+        log.warning("cannot write the termination message to %s: %s", path, err)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    tracker: ProgressTracker
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == PROGRESS_PATH:
+            self._send(200, "application/json", self.tracker.snapshot().to_json().encode())
+        elif path == METRICS_PATH:
+            self._send(200, CONTENT_TYPE_LATEST, generate_latest(self.tracker.registry))
+        elif path == "/healthz":
+            self._send(200, "text/plain", b"ok\n")
+        else:
+            self._send(404, "text/plain", b"not found\n")
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("progress server: " + format, *args)
+
+
+class ProgressServer:
+    """The HTTP endpoint on the progress port (every interface: the pod's network is private)."""
+
+    def __init__(self, tracker: ProgressTracker, port: int, host: str = "") -> None:
+        handler = type("ProgressHandler", (_Handler,), {"tracker": tracker})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="progress-server", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> ProgressServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

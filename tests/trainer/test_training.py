@@ -1,0 +1,224 @@
+"""The training contract, proven with real TensorFlow processes.
+
+chief, 2 ps and 2 workers (and the evaluator) run as separate processes, each in its own network
+namespace, with the env the operator's renderer gives their pods. The ps and workers are shared
+by the module (conftest.py); every test runs its own chief with its own checkpoint directory and
+leaves the servers running when it ends. Figures worth reporting are printed as MEASURE lines
+(`pytest -s`).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tfcluster.jobs import ctr_job
+from tfcluster.launcher import LocalCluster, Process, wait_for
+
+from psoperator.contract import ExitCode, ProgressReport
+
+pytestmark = pytest.mark.tensorflow
+
+SERVERS = ("ps-0", "ps-1", "worker-0", "worker-1")
+# Five TensorFlow processes starting at once on two cores take a while to import TensorFlow.
+STARTUP_SECONDS = 120.0
+
+
+def measure(name: str, value: float, unit: str) -> None:
+    print(f"MEASURE {name}={value:.2f} {unit}")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def ensure_servers(cluster: LocalCluster) -> None:
+    """Restart any ps or worker an earlier test left dead, as their StatefulSet would."""
+    for key in SERVERS:
+        process = cluster.processes.get(key)
+        if process is None or process.poll() is not None:
+            cluster.start(key)
+
+
+def start_chief(cluster: LocalCluster, job: dict[str, object], attempt: int = 0) -> Process:
+    cluster.rerender(job, attempt=attempt)
+    return cluster.start("chief-0")
+
+
+def progress_where(
+    cluster: LocalCluster, chief: Process, what: str, predicate: Callable[[ProgressReport], bool]
+) -> ProgressReport:
+    """Poll the chief's GET /progress until the report satisfies the predicate."""
+
+    def check() -> ProgressReport | None:
+        if chief.poll() is not None:
+            raise AssertionError(f"chief exited with {chief.poll()} early:\n{chief.log()[-4000:]}")
+        report = cluster.progress()
+        return report if report is not None and predicate(report) else None
+
+    result: ProgressReport = wait_for(what, check, STARTUP_SECONDS)
+    return result
+
+
+def wait_exit(process: Process, timeout: float) -> int:
+    try:
+        code: int = process.wait(timeout)
+    except Exception as err:
+        raise AssertionError(
+            f"{process.pod.key} still running after {timeout:g} s:\n{process.log()[-4000:]}"
+        ) from err
+    return code
+
+
+def test_full_run_serves_progress_finishes_and_is_idempotent(cluster: LocalCluster, tmp_path: Path) -> None:
+    ensure_servers(cluster)
+    job = ctr_job(tmp_path / "ckpt", ["--steps=400"])
+    chief = start_chief(cluster, job)
+    evaluator = cluster.start("evaluator-0")
+
+    running = progress_where(cluster, chief, "the first steps", lambda r: r.state == "running" and r.step > 0)
+    measure("first_step_after_chief_start", time.monotonic() - chief.started, "s")
+    assert running.total_steps == 400
+    assert running.resumed_from_step is None
+    status, metrics = cluster.get("chief-0", "/metrics")
+    assert status == 200
+    scraped = re.search(rb"^pstrainer_global_step (\S+)$", metrics, re.MULTILINE)
+    assert scraped is not None and float(scraped.group(1)) >= running.step
+    assert b"pstrainer_examples_per_second" in metrics and b"pstrainer_loss" in metrics
+    for key, process in cluster.processes.items():
+        if process.poll() is None:
+            measure(f"rss_{key}", rss_mib(process.pid), "MiB")
+
+    began, began_step = time.monotonic(), running.step
+    assert wait_exit(chief, 120) == ExitCode.SUCCEEDED, chief.log()[-4000:]
+    measure("steps_per_second", (400 - began_step) / (time.monotonic() - began), "steps/s")
+    final = chief.termination_message()
+    assert final is not None
+    assert (final.state, final.step, final.exit_code) == ("succeeded", 400, 0)
+    assert (
+        final.checkpoint_step == 400 and final.checkpoint_path and final.checkpoint_path.endswith("ckpt-400")
+    )
+    assert final.resumed_from_step is None and final.loss is not None
+    assert (tmp_path / "ckpt" / "checkpoint").exists()
+
+    assert wait_exit(evaluator, 60) == ExitCode.SUCCEEDED, evaluator.log()[-4000:]
+    evaluations = re.findall(r'"event": "evaluation", "logLoss": [0-9.]+, "step": (\d+)', evaluator.log())
+    assert evaluations and int(evaluations[-1]) == 400, evaluator.log()[-4000:]
+
+    # Restarted by mistake after success: done at once, without touching the cluster.
+    again = start_chief(cluster, job, attempt=1)
+    assert wait_exit(again, 60) == ExitCode.SUCCEEDED, again.log()[-4000:]
+    repeat = again.termination_message()
+    assert repeat is not None and (repeat.state, repeat.step, repeat.resumed_from_step) == (
+        "succeeded",
+        400,
+        400,
+    )
+    assert "already finished" in again.log() and "cluster connected" not in again.log()
+
+
+def test_lost_worker_does_not_stop_training(cluster: LocalCluster, tmp_path: Path) -> None:
+    ensure_servers(cluster)
+    chief = start_chief(cluster, ctr_job(tmp_path / "ckpt", ["--steps=1500"]))
+    before = progress_where(cluster, chief, "step 100", lambda r: r.step >= 100)
+
+    worker = cluster.processes["worker-1"]
+    worker.signal(signal.SIGKILL)
+    wait_exit(worker, 10)
+    # The coordinator puts the lost worker's closures back and trains on with worker-0.
+    progress_where(cluster, chief, "200 steps without worker-1", lambda r: r.step >= before.step + 200)
+    replacement = cluster.start("worker-1")  # what the StatefulSet does
+
+    assert wait_exit(chief, 180) == ExitCode.SUCCEEDED, chief.log()[-4000:]
+    final = chief.termination_message()
+    assert final is not None
+    assert (final.state, final.step, final.resumed_from_step) == ("succeeded", 1500, None)
+    assert replacement.poll() is None
+
+
+def test_lost_ps_restarts_chief_from_latest_checkpoint(cluster: LocalCluster, tmp_path: Path) -> None:
+    ensure_servers(cluster)
+    interval, total = 100, 1200
+    job = ctr_job(tmp_path / "ckpt", [f"--steps={total}"], interval_steps=interval)
+    chief = start_chief(cluster, job)
+    progress_where(
+        cluster,
+        chief,
+        "a checkpoint at step 200 or later, and steps beyond it",
+        lambda r: (
+            r.checkpoint_step is not None and r.checkpoint_step >= 200 and r.step >= r.checkpoint_step + 20
+        ),
+    )
+
+    ps = cluster.processes["ps-1"]
+    ps.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_exit(ps, 10)
+    assert wait_exit(chief, 30) == ExitCode.RETRYABLE, chief.log()[-4000:]
+    measure("ps_kill_to_chief_exit", time.monotonic() - killed, "s")
+    assert time.monotonic() - killed < 15
+    failed = chief.termination_message()
+    assert failed is not None and failed.state == "failed" and failed.exit_code == ExitCode.RETRYABLE
+    assert failed.checkpoint_step is not None and failed.checkpoint_step >= 200
+    lost = failed.step - failed.checkpoint_step
+    measure("steps_lost", lost, "steps")
+    assert 0 <= lost <= interval
+
+    # The operator replaces the chief at once, before the PS is back: the chief waits for it, and
+    # its connect watchdog ends the wait when it lasts too long.
+    impatient = start_chief(
+        cluster, ctr_job(tmp_path / "ckpt", [f"--steps={total}"], connect_timeout_seconds=4), 1
+    )
+    assert wait_exit(impatient, 90) == ExitCode.RETRYABLE, impatient.log()[-4000:]
+    gave_up = impatient.termination_message()
+    assert gave_up is not None and gave_up.exit_code == ExitCode.RETRYABLE
+
+    cluster.start("ps-1")
+    resumed_chief = start_chief(cluster, job, attempt=2)
+    resumed = progress_where(
+        cluster, resumed_chief, "the resumed step", lambda r: r.resumed_from_step is not None
+    )
+    assert resumed.resumed_from_step == failed.checkpoint_step
+    assert f"resumed from step {failed.checkpoint_step}" in resumed_chief.log()
+
+    assert wait_exit(resumed_chief, 180) == ExitCode.SUCCEEDED, resumed_chief.log()[-4000:]
+    final = resumed_chief.termination_message()
+    assert final is not None
+    assert (final.state, final.step, final.resumed_from_step) == ("succeeded", total, failed.checkpoint_step)
+
+
+def test_bug_in_model_exits_permanent(cluster: LocalCluster, tmp_path: Path) -> None:
+    ensure_servers(cluster)
+    args = ["--steps=1000", "--inject-fault=model-bug", "--fault-at-step=50"]
+    chief = start_chief(cluster, ctr_job(tmp_path / "ckpt", args))
+    assert wait_exit(chief, STARTUP_SECONDS) == ExitCode.PERMANENT, chief.log()[-4000:]
+    report = chief.termination_message()
+    assert report is not None and report.exit_code == ExitCode.PERMANENT and report.state == "failed"
+    assert report.message is not None and report.message.startswith("InvalidArgumentError")
+    assert report.step < 1000
+
+
+def test_sigterm_exits_terminated(cluster: LocalCluster, tmp_path: Path) -> None:
+    ensure_servers(cluster)
+    chief = start_chief(cluster, ctr_job(tmp_path / "ckpt", ["--steps=1000000"]))
+    progress_where(cluster, chief, "the first steps", lambda r: r.step > 0)
+    chief.signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert wait_exit(chief, 15) == ExitCode.TERMINATED, chief.log()[-4000:]
+    measure("sigterm_to_chief_exit", time.monotonic() - sent, "s")
+    report = chief.termination_message()
+    assert report is not None and report.exit_code == ExitCode.TERMINATED and report.step > 0
+    assert report.message == "terminated by SIGTERM"
+
+    # A worker blocked in server.join() stops just as promptly.
+    worker = cluster.processes["worker-1"]
+    worker.signal(signal.SIGTERM)
+    assert wait_exit(worker, 15) == ExitCode.TERMINATED, worker.log()[-4000:]
+    cluster.start("worker-1")
