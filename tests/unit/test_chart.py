@@ -47,7 +47,8 @@ def render(helm: str, *args: str) -> dict[tuple[str, str], dict[str, Any]]:
         helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args
     )
     assert result.returncode == 0, result.stderr
-    objects = [o for o in yaml.safe_load_all(result.stdout) if o]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    objects = [o for o in yaml.load_all(result.stdout, Loader=loader) if o]
     return {(o["kind"], o["metadata"]["name"]): o for o in objects}
 
 

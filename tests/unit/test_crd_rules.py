@@ -35,6 +35,12 @@ def _program(expression: str) -> Any:
     return env.program(env.compile(expression))
 
 
+@cache
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = crd.render_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
 def _cel(value: Any) -> Any:
     return json_to_cel(value)
 
@@ -81,7 +87,7 @@ def _check(schema: dict[str, Any], new: Any, old: Any, has_old: bool, path: str)
 
 def validate(new: dict[str, Any], old: dict[str, Any] | None = None) -> list[Violation]:
     """Violations of the CRD's CEL rules by a create (old None) or an update."""
-    schema = crd.render_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema = _schema()
     new = apply_defaults(schema, copy.deepcopy(new))
     if old is not None:
         old = apply_defaults(schema, copy.deepcopy(old))
