@@ -73,9 +73,12 @@ def create(k8s: client.ApiClient, namespace: str, body: dict[str, Any], *, dry_r
     )
 
 
-def patch(k8s: client.ApiClient, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
-    return client.CustomObjectsApi(k8s).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, ops, field_validation="Strict"
+def update(k8s: client.ApiClient, namespace: str, name: str, change: Callable[[dict[str, Any]], None]) -> Any:
+    """Read the stored job, change its spec, and write it back (what `kubectl edit` does)."""
+    api = client.CustomObjectsApi(k8s)
+    stored = cast(dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+    return api.replace_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, with_change(stored, change), field_validation="Strict"
     )
 
 
@@ -191,18 +194,19 @@ def test_a_job_name_that_cannot_prefix_service_names_is_rejected(
     assert "metadata.name must be at most" in message
 
 
-IMMUTABLE: list[tuple[str, Any, str]] = [
-    ("/spec/ps/replicas", 3, "spec.ps.replicas is immutable"),
-    ("/spec/worker/replicas", 8, "spec.worker.replicas is immutable"),
-    ("/spec/port", 2223, "spec.port is immutable"),
-    (
-        "/spec/chief/template/spec/containers/0/image",
-        "example.com/other:2",
-        "spec.chief.template is immutable",
-    ),
-    ("/spec/checkpoint/dir", "/elsewhere", "spec.checkpoint is immutable"),
-    ("/spec/image", "example.com/other:2", "spec.image is immutable"),
-    ("/spec/scheduling/schedulerName", "volcano", "spec.scheduling is immutable"),
+def _set_chief_image(spec: dict[str, Any]) -> None:
+    spec["chief"]["template"]["spec"]["containers"][0]["image"] = "example.com/other:2"
+
+
+IMMUTABLE: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("ps-replicas", lambda s: s["ps"].update(replicas=3), "spec.ps.replicas is immutable"),
+    ("worker-replicas", lambda s: s["worker"].update(replicas=8), "spec.worker.replicas is immutable"),
+    ("port", lambda s: s.update(port=2223), "spec.port is immutable"),
+    ("chief-template", _set_chief_image, "spec.chief.template is immutable"),
+    ("checkpoint-dir", lambda s: s["checkpoint"].update(dir="/elsewhere"), "spec.checkpoint is immutable"),
+    ("image", lambda s: s.update(image="example.com/other:2"), "spec.image is immutable"),
+    ("evaluator", lambda s: s.update(evaluator={"template": {}}), "spec.evaluator cannot be added"),
+    ("scheduling", lambda s: s["scheduling"].update(schedulerName="volcano"), "spec.scheduling is immutable"),
 ]
 
 
@@ -212,45 +216,50 @@ def stored_job(k8s: client.ApiClient, crd: str, namespace: str) -> str:
     return "ctr"
 
 
-@pytest.mark.parametrize(("path", "value", "expected"), IMMUTABLE, ids=[c[0] for c in IMMUTABLE])
+@pytest.mark.parametrize(("change", "expected"), [c[1:] for c in IMMUTABLE], ids=[c[0] for c in IMMUTABLE])
 def test_immutable_fields_cannot_change_after_creation(
-    k8s: client.ApiClient, namespace: str, stored_job: str, path: str, value: Any, expected: str
+    k8s: client.ApiClient,
+    namespace: str,
+    stored_job: str,
+    change: Callable[[dict[str, Any]], None],
+    expected: str,
 ) -> None:
-    ops = [{"op": "add", "path": path, "value": value}]
-    message = rejection(lambda: patch(k8s, namespace, stored_job, ops))
+    message = rejection(lambda: update(k8s, namespace, stored_job, change))
     assert expected in message
+
+
+def _run_policy_and_restarts(spec: dict[str, Any]) -> None:
+    spec["runPolicy"].update(suspend=True, ttlSecondsAfterFinished=600, activeDeadlineSeconds=3600)
+    spec["failurePolicy"].update(maxRestarts=9, permanentExitCodes=[2])
 
 
 def test_suspend_deadlines_and_max_restarts_can_change(
     k8s: client.ApiClient, namespace: str, stored_job: str
 ) -> None:
-    ops = [
-        {"op": "replace", "path": "/spec/runPolicy/suspend", "value": True},
-        {"op": "add", "path": "/spec/runPolicy/ttlSecondsAfterFinished", "value": 600},
-        {"op": "add", "path": "/spec/runPolicy/activeDeadlineSeconds", "value": 3600},
-        {"op": "replace", "path": "/spec/failurePolicy/maxRestarts", "value": 9},
-    ]
-    spec = patch(k8s, namespace, stored_job, ops)["spec"]
-    assert spec["runPolicy"]["suspend"] is True
-    assert spec["runPolicy"]["ttlSecondsAfterFinished"] == 600
-    assert spec["runPolicy"]["activeDeadlineSeconds"] == 3600
+    spec = update(k8s, namespace, stored_job, _run_policy_and_restarts)["spec"]
+    assert spec["runPolicy"] == {
+        "suspend": True,
+        "ttlSecondsAfterFinished": 600,
+        "activeDeadlineSeconds": 3600,
+        "cleanPodPolicy": "All",
+    }
     assert spec["failurePolicy"]["maxRestarts"] == 9
+    assert spec["failurePolicy"]["permanentExitCodes"] == [2]
 
 
 def test_status_is_a_subresource(k8s: client.ApiClient, namespace: str, stored_job: str) -> None:
     api = client.CustomObjectsApi(k8s)
-    api.patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        stored_job,
-        [{"op": "add", "path": "/status", "value": {"phase": "Running"}}],
-    )
     stored = cast(
         dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, stored_job)
     )
-    assert stored["status"] == {"phase": "Running"}
+    stored["status"] = {"phase": "Running", "psReady": "1/2", "restarts": 0}
+    stored["spec"]["port"] = 9999  # ignored: the status endpoint writes status only
+    api.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, stored_job, stored)
+    after = cast(
+        dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, stored_job)
+    )
+    assert after["status"] == {"phase": "Running", "psReady": "1/2", "restarts": 0}
+    assert after["spec"]["port"] == 2222
 
 
 def _kubectl() -> str:
