@@ -34,12 +34,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from psoperator import GROUP, KIND, PLURAL, VERSION
 from psoperator.api import MAX_REPLICAS, PSTrainingJobSpec, PSTrainingJobStatus
 
-GROUP = "psoperator.io"
-VERSION = "v1alpha1"
-KIND = "PSTrainingJob"
-PLURAL = "pstrainingjobs"
 SINGULAR = "pstrainingjob"
 SHORT_NAMES = ["psjob", "psjobs"]
 CATEGORIES = ["psoperator"]
