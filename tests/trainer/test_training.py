@@ -179,6 +179,7 @@ def test_lost_ps_restarts_chief_from_latest_checkpoint(cluster: LocalCluster, tm
     assert wait_exit(impatient, 90) == ExitCode.RETRYABLE, impatient.log()[-4000:]
     gave_up = impatient.termination_message()
     assert gave_up is not None and gave_up.exit_code == ExitCode.RETRYABLE
+    assert gave_up.message is not None and "did not answer within 4 s" in gave_up.message
 
     cluster.start("ps-1")
     resumed_chief = start_chief(cluster, job, attempt=2)

@@ -33,8 +33,9 @@ from tfcluster.kubelet import (
 )
 from tfcluster.netns import PrivateNetwork
 
-# The image's ENTRYPOINT, run with this interpreter.
-ENTRYPOINT = [sys.executable, "-m", "pstrainer"]
+# The image's ENTRYPOINT (the `pstrainer` console script) as installed for this interpreter.
+_SCRIPT = Path(sys.executable).parent / "pstrainer"
+ENTRYPOINT = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "pstrainer"]
 # What the image itself sets; the pod's env comes on top.
 IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1", "LANG": "C.UTF-8"}
 

@@ -81,7 +81,7 @@ def write_termination_message(path: str | None, report: ProgressReport) -> None:
             os.makedirs(directory, exist_ok=True)
         with open(path, "w", encoding="utf-8") as out:
             out.write(report.to_json())
-    except OSError as err:
+    except (OSError, ValueError) as err:
         log.warning("cannot write the termination message to %s: %s", path, err)
 
 

@@ -1,0 +1,342 @@
+"""The runtime's pure parts: configuration, exit codes, cadence, progress. No TensorFlow process."""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tfcluster.jobs import ctr_job
+from tfcluster.kubelet import resolve_env, statefulset_pod
+
+from psoperator.contract import ExitCode, ProgressReport, Role
+from psoperator.render import render_children
+from pstrainer.cadence import Cadence
+from pstrainer.config import DEFAULT_CHECKPOINT_INTERVAL_SECONDS, ConfigError, load_config, parse_tf_config
+from pstrainer.exits import classify_exception, describe
+from pstrainer.progress import ProgressServer, ProgressTracker, write_termination_message
+from pstrainer.scoring import log_loss_and_auc
+
+CLUSTER = {
+    "chief": ["c-0.c.ns.svc.cluster.local:2222"],
+    "ps": ["p-0.p.ns.svc.cluster.local:2222", "p-1.p.ns.svc.cluster.local:2222"],
+    "worker": ["w-0.w.ns.svc.cluster.local:2222"],
+}
+
+
+def env_for(role: str, index: int = 0, **extra: str) -> dict[str, str]:
+    env = {
+        "TF_CONFIG": json.dumps({"cluster": CLUSTER, "task": {"type": role, "index": index}}),
+        "PSOP_ROLE": role,
+        "PSOP_TASK_INDEX": str(index),
+        "PSOP_CHECKPOINT_DIR": "/ckpt",
+    }
+    env.update(extra)
+    return env
+
+
+# --- configuration --------------------------------------------------------------------------------
+
+
+def test_config_from_the_rendered_pod_env() -> None:
+    children = render_children(ctr_job(Path("/ckpt"), ["--steps=10"]))
+    ps_set = next(c for c in children if c["kind"] == "StatefulSet" and c["metadata"]["name"] == "ctr-ps")
+    pod, template = statefulset_pod(ps_set, 1)
+    config = load_config([], resolve_env(template["spec"]["containers"][0], pod))
+    assert (config.role, config.task_index, config.pod_name) == (Role.PS, 1, "ctr-ps-1")
+    assert config.checkpoint_interval_steps == 100 and config.checkpoint_interval_seconds is None
+    assert config.connect_timeout_seconds == 120 and config.progress_port == 8470
+    assert config.termination_message_path == "/dev/termination-log"
+    assert config.model.num_shards == 2  # one per parameter server by default
+
+
+def test_flags_override_the_environment_which_overrides_defaults() -> None:
+    config = load_config(["--steps=7"], env_for("chief", PSTRAINER_STEPS="5", PSTRAINER_VOCAB_SIZE="33"))
+    assert (config.steps, config.model.vocab_size, config.model.embedding_dim) == (7, 33, 16)
+    assert config.checkpoint_interval_seconds == DEFAULT_CHECKPOINT_INTERVAL_SECONDS
+    assert config.termination_message_path is None
+
+
+def test_evaluator_needs_no_cluster() -> None:
+    env = {"TF_CONFIG": json.dumps({"task": {"type": "evaluator"}}), "PSOP_CHECKPOINT_DIR": "/ckpt"}
+    config = load_config([], env)
+    assert (config.role, config.cluster) == (Role.EVALUATOR, {})
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "fragment"),
+    [
+        ({}, [], "TF_CONFIG is not set"),
+        ({"TF_CONFIG": "{bad"}, [], "not JSON"),
+        ({"TF_CONFIG": "[]"}, [], "not a JSON object"),
+        ({"TF_CONFIG": '{"cluster": {}}'}, [], "no task"),
+        ({"TF_CONFIG": json.dumps({"cluster": CLUSTER, "task": {"type": "boss"}})}, [], "unknown task type"),
+        (env_for("ps", 2), [], "not in the cluster"),
+        ({"TF_CONFIG": json.dumps({"cluster": CLUSTER, "task": {"type": "ps", "index": -1}})}, [], "index"),
+        ({"TF_CONFIG": json.dumps({"cluster": {"chief": ["x:1"]}, "task": {"type": "chief"}})}, [], "no ps"),
+        (
+            {"TF_CONFIG": json.dumps({"cluster": {**CLUSTER, "ps": ["nohost"]}, "task": {"type": "chief"}})},
+            [],
+            "host:port",
+        ),
+        ({**env_for("chief"), "PSOP_ROLE": "ps"}, [], "PSOP_ROLE=ps"),
+        ({**env_for("ps", 1), "PSOP_TASK_INDEX": "0"}, [], "PSOP_TASK_INDEX=0"),
+        ({**env_for("chief"), "PSOP_CHECKPOINT_DIR": ""}, [], "PSOP_CHECKPOINT_DIR is required"),
+        ({**env_for("chief"), "PSOP_CHECKPOINT_INTERVAL_STEPS": "0"}, [], "PSOP_CHECKPOINT_INTERVAL_STEPS"),
+        ({**env_for("chief"), "PSOP_CONNECT_TIMEOUT_SECONDS": "soon"}, [], "PSOP_CONNECT_TIMEOUT_SECONDS"),
+        ({**env_for("chief"), "PSOP_PROGRESS_PORT": "70000"}, [], "not a port"),
+        (env_for("chief"), ["--steps=0"], "--steps"),
+        (env_for("chief"), ["--no-such-flag"], "unrecognized"),
+        (env_for("chief", PSTRAINER_STEPS="many"), [], "--steps"),
+        (env_for("chief"), ["--partitioner=round"], "--partitioner"),
+        (env_for("chief"), ["--inject-fault=typo"], "--inject-fault"),
+    ],
+)
+def test_bad_configuration_is_a_config_error(env: dict[str, str], argv: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(argv, env)
+    assert fragment in str(caught.value)
+
+
+def test_parse_tf_config_accepts_the_renderer_shape() -> None:
+    cluster, role, index = parse_tf_config(
+        json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 0}})
+    )
+    assert (cluster, role, index) == (CLUSTER, Role.WORKER, 0)
+
+
+# --- exit codes -----------------------------------------------------------------------------------
+
+
+class FakeUnavailable(Exception):
+    pass
+
+
+class FakeInvalidArgument(Exception):
+    pass
+
+
+class Wrapper(Exception):
+    """Like the coordinator's ClosureInputError / ClosureAbortedError."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original_exception = original
+
+
+RETRYABLE = (FakeUnavailable,)
+
+
+def _raised_from(cause: BaseException) -> BaseException:
+    try:
+        raise RuntimeError("wrapped") from cause
+    except RuntimeError as err:
+        return err
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (FakeUnavailable("GRPC error information from remote target /job:ps"), ExitCode.RETRYABLE),
+        (FakeInvalidArgument("GRPC error information from remote target /job:worker"), ExitCode.PERMANENT),
+        (Wrapper(FakeUnavailable("x")), ExitCode.RETRYABLE),
+        (Wrapper(Wrapper(FakeUnavailable("x"))), ExitCode.RETRYABLE),
+        (Wrapper(FakeInvalidArgument("x")), ExitCode.PERMANENT),
+        (_raised_from(FakeUnavailable("x")), ExitCode.RETRYABLE),
+        (ConfigError("bad"), ExitCode.BAD_CONFIG),
+        (ValueError("shapes do not match"), ExitCode.PERMANENT),
+        (KeyboardInterrupt(), ExitCode.TERMINATED),
+    ],
+)
+def test_classification_is_by_type(exc: BaseException, code: ExitCode) -> None:
+    assert classify_exception(exc, RETRYABLE) == code
+
+
+def test_describe_is_one_short_line() -> None:
+    assert describe(ValueError("first\nsecond")) == "ValueError: first"
+    assert len(describe(ValueError("x" * 10_000))) == 400
+
+
+@pytest.mark.tensorflow
+def test_classification_of_real_tensorflow_errors() -> None:
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
+
+    from pstrainer.cli import _retryable_types
+
+    retryable = _retryable_types()
+    for name in ("UnavailableError", "AbortedError", "DeadlineExceededError", "CancelledError"):
+        error = getattr(tf.errors, name)(None, None, "GRPC error information")
+        assert classify_exception(error, retryable) == ExitCode.RETRYABLE
+        assert classify_exception(ClosureInputError(error), retryable) == ExitCode.RETRYABLE
+    bug = tf.errors.InvalidArgumentError(None, None, "GRPC error information from remote target /job:ps")
+    assert classify_exception(bug, retryable) == ExitCode.PERMANENT
+    assert classify_exception(tf.errors.NotFoundError(None, None, "x"), retryable) == ExitCode.PERMANENT
+
+
+# --- cadence --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("step", "total", "dispatch", "interval", "expected"),
+    [
+        (0, 1000, 20, 100, 20),
+        (90, 1000, 20, 100, 10),  # stops on the checkpoint boundary
+        (100, 1000, 20, 100, 20),
+        (990, 1000, 20, None, 10),  # never past the end
+        (1000, 1000, 20, None, 0),
+        (0, 1000, 20, 7, 7),
+    ],
+)
+def test_next_dispatch(step: int, total: int, dispatch: int, interval: int | None, expected: int) -> None:
+    assert Cadence(total, dispatch, interval, None).next_dispatch(step) == expected
+
+
+def test_every_boundary_is_reached_exactly() -> None:
+    cadence, step, stops = Cadence(1000, 30, 100, None), 0, []
+    while step < 1000:
+        step += cadence.next_dispatch(step)
+        stops.append(step)
+    assert {100 * k for k in range(1, 11)} <= set(stops)
+
+
+@pytest.mark.parametrize(
+    ("cadence", "step", "now", "last_step", "last_time", "due"),
+    [
+        (Cadence(1000, 20, 100, None), 100, 0.0, 0, 0.0, True),
+        (Cadence(1000, 20, 100, None), 120, 0.0, 100, 0.0, False),
+        (Cadence(1000, 20, 100, None), 100, 0.0, 100, 0.0, False),
+        (Cadence(1000, 20, None, 60.0), 40, 59.0, 0, 0.0, False),
+        (Cadence(1000, 20, None, 60.0), 40, 60.0, 0, 0.0, True),
+        (Cadence(1000, 20, 100, 60.0), 40, 61.0, 0, 0.0, True),
+        (Cadence(1000, 20, None, 60.0), 40, 600.0, 40, 0.0, False),  # nothing new since the last save
+    ],
+)
+def test_checkpoint_due(
+    cadence: Cadence, step: int, now: float, last_step: int, last_time: float, due: bool
+) -> None:
+    assert cadence.checkpoint_due(step, now, last_step, last_time) is due
+
+
+# --- progress -------------------------------------------------------------------------------------
+
+
+def test_tracker_report_and_termination_message(tmp_path: Path) -> None:
+    tracker = ProgressTracker(total_steps=100)
+    tracker.update(state="running", step=40, loss=0.5, checkpoint_step=30, checkpoint_path="/c/ckpt-30")
+    final = tracker.finish(ExitCode.RETRYABLE, "UnavailableError: ps gone")
+    path = tmp_path / "dir" / "termination-log"
+    write_termination_message(str(path), final)
+    parsed = ProgressReport.parse(path.read_text())
+    assert parsed is not None
+    assert (parsed.state, parsed.step, parsed.total_steps, parsed.exit_code) == ("failed", 40, 100, 138)
+    assert (parsed.checkpoint_step, parsed.message) == (30, "UnavailableError: ps gone")
+    assert json.loads(path.read_text())["checkpointStep"] == 30  # the wire format uses the aliases
+    write_termination_message(None, final)  # outside Kubernetes: nothing to do
+    # Never raises: a missing or broken path only loses the message.
+    write_termination_message(str(path / "under-a-file"), final)
+    write_termination_message(str(tmp_path / "nul\0byte"), final)
+
+
+def test_progress_server_serves_report_and_metrics() -> None:
+    tracker = ProgressTracker(total_steps=10)
+    tracker.update(
+        state="running", step=3, examples_per_second=123.5, checkpoint_step=2, checkpoint_time=1.5e9
+    )
+    server = ProgressServer(tracker, port=0, host="127.0.0.1").start()
+    try:
+
+        def get(path: str) -> tuple[int, bytes]:
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            try:
+                connection.request("GET", path)
+                response = connection.getresponse()
+                return response.status, response.read()
+            finally:
+                connection.close()
+
+        status, body = get("/progress")
+        assert status == 200 and ProgressReport.parse(body) == tracker.snapshot()
+        status, metrics = get("/metrics")
+        text = metrics.decode()
+        assert status == 200
+        assert "pstrainer_global_step 3.0" in text and "pstrainer_total_steps 10.0" in text
+        assert "pstrainer_examples_per_second 123.5" in text
+        assert "pstrainer_last_checkpoint_step 2.0" in text
+        assert "pstrainer_last_checkpoint_timestamp_seconds 1.5e+09" in text
+        assert get("/nothing")[0] == 404
+    finally:
+        server.stop()
+
+
+def test_log_loss_and_auc() -> None:
+    loss, auc = log_loss_and_auc([0, 0, 1, 1], [-2.0, -1.0, 1.0, 2.0])
+    assert auc == 1.0 and 0 < loss < 0.35
+    assert log_loss_and_auc([0, 1, 0, 1], [1.0, -1.0, 2.0, -2.0])[1] == 0.0
+    assert log_loss_and_auc([1, 1], [0.0, 0.0])[0] == pytest.approx(0.693147, rel=1e-5)
+
+
+# --- the entrypoint's config and signal paths, as processes (no TensorFlow is imported) ------------
+
+
+def _run_entrypoint(env: dict[str, str], tmp_path: Path) -> tuple[int, ProgressReport | None, str]:
+    if importlib.util.find_spec("pstrainer") is None:
+        pytest.skip("pstrainer is not installed")
+    termination = tmp_path / "termination-log"
+    full_env = {"PATH": os.environ.get("PATH", ""), "PSOP_TERMINATION_MESSAGE_PATH": str(termination), **env}
+    # Its own network namespace when root can make one: nothing here listens, but nothing could leak.
+    prefix = ["unshare", "--net"] if os.geteuid() == 0 and shutil.which("unshare") else []
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", "pstrainer"],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    report = ProgressReport.parse(termination.read_bytes()) if termination.exists() else None
+    return done.returncode, report, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"TF_CONFIG": '{"cluster": {"chief": ['},
+        {**env_for("chief"), "PSOP_ROLE": "worker"},
+    ],
+)
+def test_bad_configuration_exits_2_with_a_termination_message(env: dict[str, str], tmp_path: Path) -> None:
+    code, report, output = _run_entrypoint(env, tmp_path)
+    assert code == ExitCode.BAD_CONFIG, output
+    assert report is not None and report.exit_code == ExitCode.BAD_CONFIG and report.state == "failed"
+    assert report.message is not None and report.message.startswith("bad configuration:")
+    assert "tensorflow" not in output.lower()
+
+
+def test_sigterm_watcher_takes_the_signal_whatever_the_main_thread_does(tmp_path: Path) -> None:
+    """The main thread is stuck in a blocking call that Python signal handlers would never interrupt."""
+    script = (
+        "import threading, sys\n"
+        "from pstrainer.exits import Exiter, block_sigterm, watch_sigterm\n"
+        "block_sigterm(); exiter = Exiter(); watch_sigterm(exiter)\n"
+        "exiter.on_exit(lambda code, msg: open(sys.argv[1], 'w').write(f'{code} {msg}'))\n"
+        "print('ready', flush=True)\n"
+        "threading.Event().wait()\n"
+    )
+    marker = tmp_path / "exit"
+    process = subprocess.Popen([sys.executable, "-c", script, str(marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == ExitCode.TERMINATED
+        assert marker.read_text() == "143 terminated by SIGTERM"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
