@@ -141,6 +141,8 @@ def test_lost_worker_does_not_stop_training(cluster: LocalCluster, tmp_path: Pat
     assert final is not None
     assert (final.state, final.step, final.resumed_from_step) == ("succeeded", 1500, None)
     assert replacement.poll() is None
+    # The replacement rejoined the same coordinator: still the one chief process, never restarted.
+    assert "Worker /job:worker/replica:0/task:1 has been recovered" in chief.log()
 
 
 def test_lost_ps_restarts_chief_from_latest_checkpoint(cluster: LocalCluster, tmp_path: Path) -> None:
