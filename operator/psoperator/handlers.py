@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,13 +25,14 @@ from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport, Role
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
-from psoperator.observe import Observed, parse_job, parse_pod
+from psoperator.observe import Observed, PodView, parse_job, parse_pod
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_JOB, child_name
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
+DEPARTED_LIMIT = 4096
 
 
 @dataclass
@@ -44,6 +46,14 @@ class OperatorState:
     progress_port: int = DEFAULT_PROGRESS_PORT
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
+    # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
+    departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
+
+    def remember_departed(self, view: PodView) -> None:
+        self.departed[view.uid] = view
+        self.departed.move_to_end(view.uid)
+        while len(self.departed) > DEPARTED_LIMIT:
+            self.departed.popitem(last=False)
 
 
 def _state(memo: Any) -> OperatorState:
@@ -87,6 +97,15 @@ def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
 
 
 @kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
+def pod_changed(
+    type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
+) -> None:
+    view = parse_pod(dict(body))
+    if type == "DELETED" or view.deleting or view.phase in ("Failed", "Succeeded"):
+        _state(memo).remember_departed(view)
+    _wake(memo, namespace, labels.get(LABEL_JOB))
+
+
 @kopf.on.event("apps", "v1", "statefulsets", labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
 @kopf.on.event("services", labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
@@ -94,7 +113,7 @@ def child_changed(namespace: str | None, labels: Mapping[str, str], memo: Any, *
     _wake(memo, namespace, labels.get(LABEL_JOB))
 
 
-def observe(children: list[Obj], pods: list[Obj], job_name: str) -> Observed:
+def observe(children: list[Obj], pods: list[Obj], job_name: str, departed: dict[str, PodView]) -> Observed:
     chief_job = next(
         (
             parse_job(c)
@@ -107,6 +126,7 @@ def observe(children: list[Obj], pods: list[Obj], job_name: str) -> Observed:
         pods=[parse_pod(p) for p in pods],
         chief_job=chief_job,
         children={(c["kind"], c["metadata"]["name"]): c for c in children},
+        departed=departed,
     )
 
 
@@ -134,7 +154,9 @@ async def reconcile_once(
     ours = [c for c in children if owned_by(c, uid)]
     # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
     owners = {c["metadata"]["uid"] for c in ours}
-    observed = observe(ours, [p for p in pods if any(owned_by(p, o) for o in owners)], name)
+    observed = observe(
+        ours, [p for p in pods if any(owned_by(p, o) for o in owners)], name, dict(state.departed)
+    )
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)

@@ -193,7 +193,9 @@ class Observed:
     pods: list[PodView] = field(default_factory=list)
     chief_job: JobView | None = None
     children: dict[tuple[str, str], Obj] = field(default_factory=dict)  # (kind, name) -> object
-    ready_nodes: frozenset[str] | None = None  # None: node readiness not known
+    # The last state the watch showed of pods that failed or went away (uid -> view): a pod that is
+    # replaced between two reconciles is still classified by what really happened to it.
+    departed: dict[str, PodView] = field(default_factory=dict)
 
     def role_pods(self, role: Role) -> list[PodView]:
         return sorted(

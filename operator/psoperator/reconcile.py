@@ -254,7 +254,9 @@ def plan_reconcile(
     status.tracking.ps_established, status.tracking.pods = recovery.next_tracking(
         old, observed, spec.ps.replicas, restarted, paused=False
     )
-    status.replica_statuses = replica_statuses(spec, observed, old.replica_statuses, new_failures, status.restarts)
+    status.replica_statuses = replica_statuses(
+        spec, observed, old.replica_statuses, new_failures, status.restarts
+    )
     ps, workers = status.replica_statuses["ps"], status.replica_statuses["worker"]
     status.ps_ready, status.workers_ready = f"{ps.ready}/{ps.desired}", f"{workers.ready}/{workers.desired}"
 

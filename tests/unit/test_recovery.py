@@ -237,3 +237,16 @@ def test_tracking_establishes_ps_only_when_all_run_under_the_current_chief() -> 
     assert next_tracking(
         _status(tracking=TRACKED), observed(BASE, chief_job()), 2, restarted=False, paused=True
     ) == (False, {})
+
+
+def test_a_replaced_pod_is_classified_by_how_the_watch_saw_it_end() -> None:
+    """The StatefulSet replaced the PS before the reconcile: its last watched state tells why."""
+    gone = parse_pod(pod("ps", 0, phase="Failed", terminated=OOM))
+    preempted = parse_pod(pod("ps", 1, deleting=True, disruption="PreemptionByScheduler"))
+    pods = [parse_pod(p) for p in _with("ps", 0, uid="fresh")]
+    pods = [p for p in pods if p.name != "ctr-ps-1"]
+    failures = detect_failures(TRACKED["pods"], pods, {gone.uid: gone, preempted.uid: preempted})
+    assert [(f.pod, f.reason, f.exit_code, f.disruption) for f in failures] == [
+        ("ctr-ps-0", "OOMKilled", 137, False),
+        ("ctr-ps-1", "Preempted", None, True),
+    ]

@@ -92,14 +92,9 @@ def _termination_failure(pod: PodView, term: Termination | None, fallback: str) 
     return Failure(pod.role, pod.name, pod.index, term.reason, term.message.strip()[:512], term.exit_code)
 
 
-def classify_pod_failure(previous: str | None, pod: PodView | None) -> Failure | None:
-    """What happened to a tracked pod since the last reconcile, or None if nothing did.
-
-    `previous` is the tracked "uid/restartCount" of the pod under this name; `pod` is what is there now.
-    """
-    if previous is None or pod is None or pod.role is None:
-        return None
-    uid, restarts = _tracked(previous)
+def _classify_ended(pod: PodView) -> Failure | None:
+    """A pod that failed, is being deleted, or was seen last in one of those states."""
+    assert pod.role is not None
     if pod.disruption is not None and (pod.failed or pod.deleting):
         reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
         return Failure(
@@ -109,29 +104,56 @@ def classify_pod_failure(previous: str | None, pod: PodView | None) -> Failure |
         if pod.pod_reason == "Evicted":
             return Failure(pod.role, pod.name, pod.index, "Evicted", "", disruption=True)
         return _termination_failure(pod, pod.terminated, pod.pod_reason or "Failed")
-    if pod.uid != uid:
-        # Replaced since we last looked: the old pod is gone, and with it the details.
-        return Failure(pod.role, pod.name, pod.index, "Replaced", "the pod was replaced by a new one")
-    if pod.restarts > restarts:
-        return _termination_failure(pod, pod.last_terminated, "Restarted")
     if pod.deleting:
-        return Failure(pod.role, pod.name, pod.index, "Deleted", "the pod is being deleted")
+        return Failure(pod.role, pod.name, pod.index, "Deleted", "the pod was deleted")
     return None
 
 
-def detect_failures(tracking: dict[str, str], pods: list[PodView]) -> list[Failure]:
+def classify_pod_failure(
+    previous: str | None, pod: PodView | None, departed: dict[str, PodView] | None = None
+) -> Failure | None:
+    """What happened to a tracked pod since the last reconcile, or None if nothing did.
+
+    `previous` is the tracked "uid/restartCount" of the pod under this name; `pod` is what is there
+    now (None: nothing); `departed` holds the last state seen of pods that ended, by uid.
+    """
+    if previous is None:
+        return None
+    uid, restarts = _tracked(previous)
+    if pod is None or pod.uid != uid:
+        last = (departed or {}).get(uid)
+        ended = _classify_ended(last) if last is not None and last.role is not None else None
+        if ended is not None:
+            return ended
+        if pod is None or pod.role is None:
+            return None
+        # Replaced since we last looked, and the watch did not show how the old pod ended.
+        return Failure(pod.role, pod.name, pod.index, "Replaced", "the pod was replaced by a new one")
+    if pod.role is None:
+        return None
+    ended = _classify_ended(pod)
+    if ended is not None:
+        return ended
+    if pod.restarts > restarts:
+        return _termination_failure(pod, pod.last_terminated, "Restarted")
+    return None
+
+
+def detect_failures(
+    tracking: dict[str, str], pods: list[PodView], departed: dict[str, PodView] | None = None
+) -> list[Failure]:
     """Failures of tracked parameter server and worker pods, including pods that vanished."""
     by_name = {p.name: p for p in pods}
     failures: list[Failure] = []
     for name, previous in sorted(tracking.items()):
         pod = by_name.get(name)
-        if pod is None:
-            role = Role.PS if "-ps-" in name else Role.WORKER
-            index_text = name.rsplit("-", 1)[-1]
+        failure = classify_pod_failure(previous, pod, departed)
+        if failure is None and pod is None:
+            # StatefulSet pods are named <job>-<role>-<ordinal>.
+            _, role_text, index_text = ["", "", "", *name.rsplit("-", 2)][-3:]
+            role = Role.PS if role_text == Role.PS.value else Role.WORKER
             index = int(index_text) if index_text.isdigit() else None
-            failures.append(Failure(role, name, index, "Deleted", "the pod disappeared"))
-            continue
-        failure = classify_pod_failure(previous, pod)
+            failure = Failure(role, name, index, "Deleted", "the pod disappeared")
         if failure is not None:
             failures.append(failure)
     return failures
