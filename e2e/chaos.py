@@ -1,0 +1,231 @@
+"""Failure injection for pods and nodes of the local KWOK cluster.
+
+Each helper produces, through the API, exactly the state a kubelet or a control-plane component
+would write for that failure, so the operator cannot tell it from the real thing:
+
+- `fail_container`, `oom_kill`, `complete_pod`: annotate the pod; the `psoperator-pod-container-exit`
+  KWOK stage (e2e/cluster/kwok-stages.yaml) terminates every container with the chosen exit code,
+  reason and message, and sets the phase to Failed (Succeeded for 0). No later stage matches a
+  terminal pod, so it stays that way.
+- `restart_container`: patches the pod's status subresource as a kubelet does after a crash and
+  restart in place: restartCount + 1, lastState.terminated, state.running again. The pod stays
+  Running and Ready, which no stage reacts to.
+- `make_node_not_ready` / `make_node_ready`: label the node; the `psoperator-node-not-ready` stage
+  posts Ready=False, and the node stages leave a labelled node alone until the label goes.
+- `evict_pod`: the real Eviction API (the API server adds DisruptionTarget, honours PDBs).
+- `preempt_pod`: what kube-scheduler does to a victim: DisruptionTarget/PreemptionByScheduler on the
+  status, then a graceful delete.
+
+Deleted pods are terminated by the stages like a kubelet would (exit 143, phase Failed) and then
+removed. Every helper waits until the injected state is visible and returns what it observed.
+Pod and node failures other than eviction and preemption need KWOK's simulated nodes: against a
+real kubelet (kind) the kubelet would overwrite the injected status.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from e2e.util import condition, get_node, get_pod, get_pod_or_none, wait_for
+
+ANNOTATION_EXIT_CODE = "psoperator.io/chaos-exit-code"
+ANNOTATION_REASON = "psoperator.io/chaos-reason"
+ANNOTATION_MESSAGE = "psoperator.io/chaos-message"
+LABEL_NODE_NOT_READY = "psoperator.io/chaos-not-ready"
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+DEFAULT_TIMEOUT = 30.0
+
+Json = dict[str, Any]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _describe(api: client.ApiClient, namespace: str, name: str) -> str:
+    pod = get_pod_or_none(api, namespace, name)
+    if pod is None:
+        return f"pod {namespace}/{name} is gone"
+    status = pod.get("status", {})
+    return (
+        f"pod {namespace}/{name} phase={status.get('phase')} node={pod['spec'].get('nodeName')} "
+        f"containers={status.get('containerStatuses')}"
+    )
+
+
+def fail_container(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    exit_code: int = 1,
+    reason: str | None = None,
+    message: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Json:
+    """Terminates the pod's containers with `exit_code` (and `reason`, `message` if given).
+
+    The pod ends Failed, or Succeeded for exit code 0, as a kubelet reports a pod whose
+    restartPolicy does not restart it; the default reason is Error (Completed for 0). A pod that
+    is not Running yet fails as soon as it runs. Returns the terminated pod as JSON.
+    """
+    annotations = {ANNOTATION_EXIT_CODE: str(int(exit_code))}
+    if reason is not None:
+        annotations[ANNOTATION_REASON] = reason
+    if message is not None:
+        annotations[ANNOTATION_MESSAGE] = message
+    client.CoreV1Api(api).patch_namespaced_pod(
+        name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH
+    )
+    terminal = "Succeeded" if exit_code == 0 else "Failed"
+
+    def terminated() -> Json | None:
+        pod = get_pod(api, namespace, name)
+        return pod if pod.get("status", {}).get("phase") == terminal else None
+
+    return wait_for(
+        terminated,
+        timeout=timeout,
+        message=lambda: f"{terminal} after exit code {exit_code}: {_describe(api, namespace, name)}",
+    )
+
+
+def oom_kill(api: client.ApiClient, namespace: str, name: str, timeout: float = DEFAULT_TIMEOUT) -> Json:
+    """The pod's containers are killed for exceeding their memory limit (137, OOMKilled)."""
+    return fail_container(api, namespace, name, exit_code=137, reason="OOMKilled", timeout=timeout)
+
+
+def complete_pod(api: client.ApiClient, namespace: str, name: str, timeout: float = DEFAULT_TIMEOUT) -> Json:
+    """The pod's containers exit 0 and the pod Succeeds."""
+    return fail_container(api, namespace, name, exit_code=0, timeout=timeout)
+
+
+def restart_container(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    container: str | None = None,
+    exit_code: int = 1,
+    reason: str = "Error",
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Json:
+    """The container (default: the first) crashes with `exit_code` and is restarted in place.
+
+    Returns the pod as patched: restartCount is one more, lastState.terminated holds the crash and
+    the container is running again, as after a kubelet restart under restartPolicy Always/OnFailure.
+    """
+    core = client.CoreV1Api(api)
+
+    def running_pod() -> Json | None:
+        pod = get_pod(api, namespace, name)
+        status = pod.get("status", {})
+        return pod if status.get("phase") == "Running" and status.get("containerStatuses") else None
+
+    def patch_once() -> Json | None:
+        pod = wait_for(running_pod, timeout=timeout, message=lambda: _describe(api, namespace, name))
+        statuses: list[Json] = pod["status"]["containerStatuses"]
+        target = container or statuses[0]["name"]
+        matching = [s for s in statuses if s["name"] == target]
+        if not matching:
+            raise ValueError(f"pod {namespace}/{name} has no container {target!r}")
+        status = matching[0]
+        now = _now()
+        started = status.get("state", {}).get("running", {}).get("startedAt", now)
+        status["lastState"] = {
+            "terminated": {
+                "exitCode": int(exit_code),
+                "reason": reason,
+                "startedAt": started,
+                "finishedAt": now,
+                "containerID": status.get("containerID", ""),
+            }
+        }
+        status["state"] = {"running": {"startedAt": now}}
+        status["restartCount"] = int(status.get("restartCount", 0)) + 1
+        status["ready"] = True
+        status["started"] = True
+        body = {
+            # The resourceVersion makes the write conditional: a concurrent change means retry.
+            "metadata": {"resourceVersion": pod["metadata"]["resourceVersion"]},
+            "status": {"containerStatuses": statuses},
+        }
+        try:
+            core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH)
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return get_pod(api, namespace, name)
+
+    return wait_for(
+        patch_once, timeout=timeout, message=lambda: f"restart of {_describe(api, namespace, name)}"
+    )
+
+
+def node_ready_status(api: client.ApiClient, node: str) -> str | None:
+    """The status ("True", "False", "Unknown") of the node's Ready condition."""
+    cond = condition(get_node(api, node), "Ready")
+    return str(cond["status"]) if cond else None
+
+
+def _label_node(api: client.ApiClient, node: str, value: str | None) -> None:
+    body = {"metadata": {"labels": {LABEL_NODE_NOT_READY: value}}}
+    client.CoreV1Api(api).patch_node(node, body, _content_type=MERGE_PATCH)
+
+
+def make_node_not_ready(api: client.ApiClient, node: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """The node's kubelet reports Ready=False (reason KubeletNotReady) until `make_node_ready`."""
+    _label_node(api, node, "true")
+    wait_for(
+        lambda: node_ready_status(api, node) == "False",
+        timeout=timeout,
+        message=lambda: f"node {node} Ready=False (now {node_ready_status(api, node)})",
+    )
+
+
+def make_node_ready(api: client.ApiClient, node: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Undoes `make_node_not_ready`: the node reports Ready=True again."""
+    _label_node(api, node, None)
+    wait_for(
+        lambda: node_ready_status(api, node) == "True",
+        timeout=timeout,
+        message=lambda: f"node {node} Ready=True (now {node_ready_status(api, node)})",
+    )
+
+
+def evict_pod(api: client.ApiClient, namespace: str, name: str) -> None:
+    """Evicts the pod through the Eviction API, as `kubectl drain` or the descheduler do.
+
+    The API server adds DisruptionTarget (reason EvictionByEvictionAPI) and deletes the pod
+    gracefully; the simulated kubelet then fails and removes it. Raises ApiException 429 when a
+    PodDisruptionBudget forbids the eviction, like the real API.
+    """
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, eviction)
+
+
+def preempt_pod(
+    api: client.ApiClient, namespace: str, name: str, preemptor: str = "e2e/high-priority"
+) -> None:
+    """Preempts the pod the way kube-scheduler does for a higher-priority pod.
+
+    The scheduler first adds DisruptionTarget (reason PreemptionByScheduler) to the victim's
+    status, then deletes it gracefully.
+    """
+    core = client.CoreV1Api(api)
+    disruption = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": f"default-scheduler: preempting to accommodate a higher priority pod {preemptor}",
+        "lastTransitionTime": _now(),
+    }
+    core.patch_namespaced_pod_status(
+        name, namespace, {"status": {"conditions": [disruption]}}, _content_type=STRATEGIC_MERGE_PATCH
+    )
+    core.delete_namespaced_pod(name, namespace)

@@ -1,0 +1,357 @@
+"""Fixtures for tests against a real control plane: the local KWOK cluster or any cluster given by
+KUBECONFIG (e.g. kind).
+
+  kubeconfig  (session)  path of a reachable cluster's kubeconfig; starts e2e/cluster once if needed
+  k8s         (session)  kubernetes.client.ApiClient for it
+  crd         (session)  the PSTrainingJob CRD applied server-side and Established; its name
+  namespace   (function) a fresh namespace, deleted afterwards
+  operator    (function) `python -m psoperator run` against `namespace`, as an OperatorProcess
+
+Tests using `kubeconfig` are marked `cluster` automatically. Without built binaries the tests are
+skipped locally and fail in CI (env CI set). `kubelet` tests are skipped on simulated nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from e2e.util import as_json, free_port, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO / "e2e" / "cluster" / "cluster.sh"
+CRD_FILE = REPO / "crds" / "psoperator.io_pstrainingjobs.yaml"
+CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
+CONTROL_PLANE_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "kwokctl",
+)
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+UP_TIMEOUT = 300.0
+OPERATOR_READY_TIMEOUT = 60.0
+
+
+def _in_ci() -> bool:
+    return bool(os.environ.get("CI"))
+
+
+def _unavailable(reason: str) -> None:
+    """Without a cluster: fail in CI, where the suite must really run; skip on a workstation."""
+    if _in_ci():
+        pytest.fail(f"e2e cluster unavailable in CI: {reason}", pytrace=False)
+    pytest.skip(f"e2e cluster unavailable: {reason}")
+
+
+def _reachable(kubeconfig: str) -> bool:
+    try:
+        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    except Exception:
+        return False
+    try:
+        client.VersionApi(api).get_code(_request_timeout=5)
+        return True
+    except Exception:
+        return False
+    finally:
+        api.close()
+
+
+def _kubectl() -> str:
+    ours = CACHE / "bin" / "kubectl"
+    if ours.exists():
+        return str(ours)
+    found = shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl not found: build it with e2e/cluster/cluster.sh build", pytrace=False)
+    return found
+
+
+def _cluster_sh(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(CLUSTER_SH), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[Path]:
+    given = os.environ.get("KUBECONFIG")
+    if given and _reachable(given):
+        yield Path(given)
+        return
+    missing = [b for b in CONTROL_PLANE_BINARIES if not (CACHE / "bin" / b).exists()]
+    if missing:
+        _unavailable(
+            f"KUBECONFIG={given or '(unset)'} is not reachable and {', '.join(missing)} not built in "
+            f"{CACHE / 'bin'}; run e2e/cluster/cluster.sh build (tens of minutes the first time)"
+        )
+    path = _cluster_sh("kubeconfig", timeout=30).stdout.strip()
+    already_up = bool(path) and _reachable(path)
+    if not already_up:
+        result = _cluster_sh("up", timeout=UP_TIMEOUT)
+        if result.returncode != 0:
+            pytest.fail(
+                f"e2e/cluster/cluster.sh up failed ({result.returncode}):\n{result.stderr[-4000:]}",
+                pytrace=False,
+            )
+        path = result.stdout.strip().splitlines()[-1]
+    yield Path(path)
+    if not already_up and not os.environ.get("PSOPERATOR_KEEP_CLUSTER"):
+        _cluster_sh("down", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def k8s(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    yield api
+    api.close()
+
+
+def is_simulated(api: client.ApiClient) -> bool:
+    """True when the cluster's nodes are KWOK's (no kubelet, no containers)."""
+    nodes = [as_json(api, n) for n in client.CoreV1Api(api).list_node().items]
+    return bool(nodes) and all(
+        n["metadata"].get("annotations", {}).get(KWOK_NODE_ANNOTATION) == "fake" for n in nodes
+    )
+
+
+@pytest.fixture(scope="session")
+def simulated(k8s: client.ApiClient) -> bool:
+    return is_simulated(k8s)
+
+
+@pytest.fixture
+def kwok_only(simulated: bool) -> None:
+    """For tests that inject state only simulated nodes accept (a kubelet would overwrite it)."""
+    if not simulated:
+        pytest.skip("needs KWOK's simulated nodes: a real kubelet overwrites injected pod/node status")
+
+
+@pytest.fixture(autouse=True)
+def _skip_kubelet_tests_on_kwok(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("kubelet") is None:
+        return
+    if request.getfixturevalue("simulated"):
+        pytest.skip("needs real containers (kubelet); this cluster's nodes are simulated by KWOK")
+
+
+@pytest.fixture(scope="session")
+def crd(kubeconfig: Path, k8s: client.ApiClient) -> str:
+    if not CRD_FILE.exists():
+        pytest.fail(
+            f"{CRD_FILE.relative_to(REPO)} does not exist: the PSTrainingJob CRD has to be generated "
+            "before the e2e tests can run",
+            pytrace=False,
+        )
+    result = subprocess.run(
+        [
+            _kubectl(),
+            "--kubeconfig",
+            str(kubeconfig),
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            "psoperator-e2e",
+            "-f",
+            str(CRD_FILE),
+            "-o",
+            "name",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"applying {CRD_FILE.name} failed:\n{result.stderr}", pytrace=False)
+    name = result.stdout.strip().splitlines()[0].split("/", 1)[-1]
+    ext = client.ApiextensionsV1Api(k8s)
+
+    def established() -> bool:
+        obj = ext.read_custom_resource_definition(name)
+        conditions = (obj.status.conditions if obj.status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_for(established, timeout=60, message=f"CRD {name} Established")
+    return name
+
+
+def _namespace_name(test_name: str) -> str:
+    stem = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    return f"e2e-{stem}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def namespace(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    core = client.CoreV1Api(k8s)
+    name = _namespace_name(request.node.name)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"psoperator.io/e2e": "true"}))
+    )
+    # Pods can only be created once the service account controller has made "default".
+    wait_for(
+        lambda: core.read_namespaced_service_account("default", name),
+        timeout=30,
+        message=f"service account default in {name}",
+    )
+    yield name
+    try:
+        core.delete_namespace(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+class OperatorProcess:
+    """The operator as a real subprocess: `python -m psoperator run --namespace NS --standalone`.
+
+    Output goes to `log_path` (appended across restarts). `start()` waits until the liveness
+    endpoint answers; `stop()` sends SIGTERM, then SIGKILL after `grace` seconds.
+    """
+
+    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_args: list[str] | None = None):
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.log_path = log_path
+        self.extra_args = list(extra_args or [])
+        self.liveness_url = ""
+        self.starts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "psoperator", "run",
+            "--namespace", self.namespace,
+            "--standalone",
+            "--liveness", self.liveness_url,
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self, timeout: float = OPERATOR_READY_TIMEOUT) -> None:
+        if self.running:
+            raise RuntimeError("operator already running")
+        self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
+        self.starts += 1
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            log.write(f"=== start {self.starts}: {' '.join(self.command())}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                self.command(),
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = self._proc
+
+        def alive() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {proc.returncode}")
+            return _http_ok(self.liveness_url)
+
+        try:
+            wait_for(
+                alive, timeout=timeout, interval=0.3, message=f"operator liveness at {self.liveness_url}"
+            )
+        except Exception as exc:
+            self.stop()
+            pytest.fail(
+                f"operator did not become live: {exc}\n--- operator log ---\n{self.log_text()[-6000:]}"
+            )
+
+    def stop(self, grace: float = 15.0) -> int | None:
+        """Stops the operator; returns its exit code (None if it was not started)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        return proc.returncode
+
+    def kill(self) -> int | None:
+        """Kills the operator abruptly (SIGKILL), as a crash or an OOM kill would."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
+        return self._proc.returncode if self._proc else None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(200 <= response.status < 300)
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def operator(crd: str, namespace: str, kubeconfig: Path, tmp_path: Path) -> Iterator[OperatorProcess]:
+    handle = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
+    handle.start()
+    yield handle
+    handle.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "kubeconfig" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    report = yield
+    if report.failed and report.when in ("call", "teardown"):
+        handle = getattr(item, "funcargs", {}).get("operator")
+        if isinstance(handle, OperatorProcess):
+            report.sections.append(("operator log", handle.log_text()[-20000:] or "(empty)"))
+    return report
