@@ -26,6 +26,7 @@ from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport, Role
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
 from psoperator.observe import Observed, PodView, parse_job, parse_pod
+from psoperator.policies.recovery import unexplained
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_JOB, child_name
@@ -33,6 +34,7 @@ from psoperator.render.names import LABEL_JOB, child_name
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 DEPARTED_LIMIT = 4096
+UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
 
 
 @dataclass
@@ -98,11 +100,18 @@ def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
 
 @kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
 def pod_changed(
-    type: str, body: kopf.Body, namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
+    type: str,
+    body: kopf.Body,
+    namespace: str | None,
+    labels: Mapping[str, str],
+    memo: Any,
+    logger: Any,
+    **_: Any,
 ) -> None:
     view = parse_pod(dict(body))
     if type == "DELETED" or view.deleting or view.phase in ("Failed", "Succeeded"):
         _state(memo).remember_departed(view)
+        logger.debug("pod %s (%s) ended: %s %s", view.name, view.uid, view.phase, view.disruption)
     _wake(memo, namespace, labels.get(LABEL_JOB))
 
 
@@ -152,6 +161,14 @@ async def reconcile_once(
     )
     uid = job["metadata"]["uid"]
     ours = [c for c in children if owned_by(c, uid)]
+    tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
+    # A pod replaced between two reconciles: its last state may still be on its way through the watch.
+    # Wait for it a little, so the failure is classified by what happened instead of "Replaced".
+    for _ in range(UNEXPLAINED_RETRIES):
+        if not unexplained(tracking, [parse_pod(p) for p in pods], state.departed):
+            break
+        await asyncio.sleep(UNEXPLAINED_WAIT)
+        pods = await in_thread(state.kube.list_pods, namespace, name)
     # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
     owners = {c["metadata"]["uid"] for c in ours}
     observed = observe(

@@ -139,6 +139,13 @@ def classify_pod_failure(
     return None
 
 
+def unexplained(tracking: dict[str, str], pods: list[PodView], departed: dict[str, PodView]) -> set[str]:
+    """Tracked pods that are gone without the watch having shown how they ended (yet)."""
+    live = {p.uid for p in pods}
+    uids = {_tracked(entry)[0] for entry in tracking.values()}
+    return {uid for uid in uids if uid not in live and uid not in departed}
+
+
 def detect_failures(
     tracking: dict[str, str], pods: list[PodView], departed: dict[str, PodView] | None = None
 ) -> list[Failure]:
@@ -222,7 +229,7 @@ def decide(
 ) -> RecoveryDecision:
     """The recovery decision for a job that is neither finished nor suspended."""
     failures = detect_failures(
-        status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER)
+        status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER), observed.departed
     )
     worker_failures = [f for f in failures if f.role is Role.WORKER]
     ps_failures = [f for f in failures if f.role is Role.PS]
