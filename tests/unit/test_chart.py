@@ -95,7 +95,9 @@ def test_deployment(helm: str) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     [container] = pod["containers"]
     assert container["image"] == f"ps-training-operator:{chart_yaml()['appVersion']}"
-    assert container["args"] == ["run", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert container["args"] == [
+        "run", "--all-namespaces", "--standalone", "--liveness=http://0.0.0.0:8080/healthz"
+    ]  # fmt: skip
     assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9090"} in container["env"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -123,7 +125,7 @@ def test_values_drive_image_and_extra_args(helm: str) -> None:
     )
     [container] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/psop:dev"
-    assert container["args"][3:] == ["--verbose", "--log-format=json"]
+    assert container["args"][4:] == ["--verbose", "--log-format=json"]
     assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9191"} in container["env"]
     assert one(objects, "Service")["spec"]["ports"][0]["port"] == 9191
 
@@ -220,3 +222,11 @@ def test_rbac_and_service_account_can_be_brought_by_the_user(helm: str) -> None:
 def test_the_chart_installs_the_generated_crd(helm: str) -> None:
     objects = render(helm, "--include-crds")
     assert objects[("CustomResourceDefinition", crd.CRD_NAME)] == crd.render_crd()
+
+
+def test_replica_count_is_zero_or_one(helm: str) -> None:
+    assert one(render(helm, "--set", "replicaCount=0"), "Deployment")["spec"]["replicas"] == 0
+    refused = run_helm(
+        helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--set", "replicaCount=2"
+    )
+    assert refused.returncode != 0 and "replicaCount must be 0 or 1" in refused.stderr
