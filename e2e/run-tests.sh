@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n=== %s\n' "$*" >&2; }
 
+log "installing system tools the tests use (iproute2 for the TensorFlow network namespaces, curl)"
+if ! command -v ip >/dev/null || ! command -v curl >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq iproute2 curl >/dev/null
+fi
+
 log "installing the operator, the trainer runtime and the dev tools"
 python3 -m pip install --quiet --disable-pip-version-check -e '.[operator,dev]' -e images/trainer
 
