@@ -24,13 +24,15 @@ real kubelet (kind) the kubelet would overwrite the injected status.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from e2e.util import condition, get_node, get_pod, get_pod_or_none, wait_for
+from e2e.util import WaitTimeout, as_json, condition, get_node, get_pod, get_pod_or_none, wait_for
 
 ANNOTATION_EXIT_CODE = "psoperator.io/chaos-exit-code"
 ANNOTATION_REASON = "psoperator.io/chaos-reason"
@@ -79,20 +81,57 @@ def fail_container(
         annotations[ANNOTATION_REASON] = reason
     if message is not None:
         annotations[ANNOTATION_MESSAGE] = message
-    client.CoreV1Api(api).patch_namespaced_pod(
-        name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH
+    patched = as_json(
+        api,
+        client.CoreV1Api(api).patch_namespaced_pod(
+            name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH
+        ),
     )
     terminal = "Succeeded" if exit_code == 0 else "Failed"
-
-    def terminated() -> Json | None:
-        pod = get_pod(api, namespace, name)
-        return pod if pod.get("status", {}).get("phase") == terminal else None
-
-    return wait_for(
-        terminated,
-        timeout=timeout,
-        message=lambda: f"{terminal} after exit code {exit_code}: {_describe(api, namespace, name)}",
+    return _await_pod_version(
+        api,
+        patched,
+        lambda pod: pod.get("status", {}).get("phase") == terminal,
+        timeout,
+        f"{terminal} after exit code {exit_code}",
     )
+
+
+def _await_pod_version(
+    api: client.ApiClient, start: Json, reached: Callable[[Json], bool], timeout: float, what: str
+) -> Json:
+    """The first version of the pod `start` (same uid, at or after its resourceVersion) for which
+    `reached` holds. Watched rather than polled: a controller may delete a failed pod and create
+    its replacement under the same name within milliseconds (StatefulSets do).
+    """
+    meta = start["metadata"]
+    namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+    if reached(start):
+        return start
+    since = meta["resourceVersion"]
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(  # type: ignore[no-untyped-call]
+            core.list_namespaced_pod,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=since,
+            timeout_seconds=max(1, int(remaining)),
+        ):
+            pod: Json = event["raw_object"]
+            if pod.get("kind") == "Status":  # e.g. 410 Gone: the version is too old to watch from
+                raise RuntimeError(f"watching pod {namespace}/{name} failed: {pod.get('message')}")
+            since = pod["metadata"]["resourceVersion"]
+            if pod["metadata"]["uid"] != uid:
+                continue
+            if reached(pod):
+                stream.stop()  # type: ignore[no-untyped-call]
+                return pod
+            if event["type"] == "DELETED":
+                raise AssertionError(f"pod {namespace}/{name} was deleted before {what}: {pod.get('status')}")
+    raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {what}: {_describe(api, namespace, name)}")
 
 
 def oom_kill(api: client.ApiClient, namespace: str, name: str, timeout: float = DEFAULT_TIMEOUT) -> Json:
@@ -155,12 +194,12 @@ def restart_container(
             "status": {"containerStatuses": statuses},
         }
         try:
-            core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH)
+            patched = core.patch_namespaced_pod_status(name, namespace, body, _content_type=MERGE_PATCH)
         except ApiException as exc:
             if exc.status == 409:
                 return None
             raise
-        return get_pod(api, namespace, name)
+        return as_json(api, patched)
 
     return wait_for(
         patch_once, timeout=timeout, message=lambda: f"restart of {_describe(api, namespace, name)}"
