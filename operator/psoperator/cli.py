@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from psoperator import sizing_cli
+from psoperator.contract import DEFAULT_PROGRESS_PORT
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -103,7 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="reconcile every job at least this often (progress polling)",
     )
-    run.add_argument("--progress-port", type=int, default=None)
+    run.add_argument(
+        "--progress-port",
+        type=int,
+        default=DEFAULT_PROGRESS_PORT,
+        help="port of the chief's progress endpoint (the trainer's PSOP_PROGRESS_PORT)",
+    )
     run.add_argument("--verbose", action="store_true")
     run.add_argument("--debug", action="store_true")
     run.set_defaults(func=_run)

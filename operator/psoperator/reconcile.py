@@ -9,7 +9,7 @@ half-way through a restart finishes it after a restart instead of doing it twice
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -56,7 +56,7 @@ def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, 
     if report.checkpoint_step is not None and (
         status.checkpoint is None or report.checkpoint_step >= status.checkpoint.step
     ):
-        when = datetime.fromtimestamp(report.checkpoint_time).astimezone() if report.checkpoint_time else None
+        when = datetime.fromtimestamp(report.checkpoint_time, UTC) if report.checkpoint_time else None
         status.checkpoint = CheckpointStatus(
             step=report.checkpoint_step, path=report.checkpoint_path, time=format_time(when) if when else None
         )

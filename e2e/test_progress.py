@@ -1,0 +1,101 @@
+"""Progress without API credentials: the operator polls the chief's /progress endpoint.
+
+The local cluster gives pods loopback addresses (127.42.n.m), so the test plays the chief's
+runtime by serving a progress report on the chief pod's IP, as the trainer image does in a real pod.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kubernetes import client
+
+from e2e import psjobs
+from e2e.conftest import OperatorProcess, _kubectl
+from e2e.util import wait_for
+from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport
+
+
+@contextmanager
+def serve_progress(address: str, report: dict[str, object], hits: list[str]) -> Iterator[dict[str, object]]:
+    """Serves `report` (mutable: change it to move training along) at the chief's progress URL.
+
+    Every request's path is appended to `hits`.
+    """
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            body = json.dumps(report).encode() if self.path == PROGRESS_PATH else b""
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((address, DEFAULT_PROGRESS_PORT), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield report
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_step_and_checkpoint_come_from_the_chief(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess, kubeconfig: Path
+) -> None:
+    import subprocess
+
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    chief = psjobs.running_pod(k8s, namespace, "ctr", "chief")
+    address = chief["status"]["podIP"]
+    assert address.startswith("127."), f"pod IPs must be on loopback for this test, got {address}"
+
+    report = ProgressReport(
+        state="running",
+        step=1400,
+        checkpointStep=1200,
+        checkpointPath="/ckpt/ckpt-12",
+        checkpointTime=1_790_000_000.0,
+        examplesPerSecond=5120.0,
+        loss=0.42,
+    )
+    hits: list[str] = []
+    with serve_progress(address, json.loads(report.to_json()), hits) as served:
+        status = wait_for(
+            lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("step") == 1400 and s,
+            timeout=30,
+            message="the step from the chief",
+        )
+        assert status["checkpoint"] == {"step": 1200, "path": "/ckpt/ckpt-12", "time": "2026-09-21T14:13:20Z"}
+        served["step"] = 1500
+        wait_for(
+            lambda: psjobs.status(k8s, namespace, "ctr").get("step") == 1500,
+            timeout=30,
+            message="the step advancing",
+        )
+        # A garbled report is ignored (the last good figures stay) and does not hurt the operator.
+        served.clear()
+        served["step"] = "not a number"
+        polled = len(hits)
+        wait_for(lambda: len(hits) >= polled + 2, timeout=30, message="two polls of the garbled report")
+        assert operator.running
+
+    out = subprocess.run(
+        [_kubectl(), "--kubeconfig", str(kubeconfig), "get", "psjob", "ctr", "-n", namespace],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    header, row = out.splitlines()[:2]
+    step_column = header.split().index("STEP")
+    assert row.split()[step_column] == "1500"
+    assert psjobs.status(k8s, namespace, "ctr")["step"] == 1500
