@@ -217,11 +217,10 @@ cmd_up() {
     if api_ready; then
       log "cluster $NAME: running"
     else
-      log "cluster $NAME: starting"
-      if ! kwokctl start cluster --name "$NAME" >&2; then
-        log "cluster $NAME did not start: recreating"
-        delete_cluster
-      fi
+      # Stopped (e.g. the machine or session was restarted): a test cluster holds nothing worth
+      # keeping, and recreating it (seconds) is more reliable than restarting half-dead components.
+      log "cluster $NAME: not running; recreating"
+      delete_cluster
     fi
   fi
   if [ ! -d "$WORKDIR" ]; then
