@@ -333,6 +333,46 @@ def test_preempt_pod_sets_disruption_target_then_fails_and_deletes_it(
     assert "Failed" in history.phases()
 
 
+def test_scheduler_preempts_a_lower_priority_gpu_pod_like_preempt_pod_does(
+    k8s: client.ApiClient, namespace: str
+) -> None:
+    """Real preemption on the simulated GPU pool writes what chaos.preempt_pod imitates."""
+    scheduling = client.SchedulingV1Api(k8s)
+    low, high = f"{namespace}-low", f"{namespace}-high"
+    for name, value in ((low, 10), (high, 1000)):
+        scheduling.create_priority_class(
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
+        )
+    try:
+        fillers = []
+        for node in sorted(gpu_node_names(k8s)):
+            manifest = pod_manifest(f"low-{node}", gpus=4, tolerate_gpu=True)
+            manifest["spec"]["priorityClassName"] = low
+            fillers.append(create_pod(k8s, namespace, manifest))
+        for name in fillers:
+            wait_running(k8s, namespace, name)
+        histories = {name: PodHistory(k8s, namespace, name) for name in fillers}
+
+        manifest = pod_manifest("high", gpus=4, tolerate_gpu=True)
+        manifest["spec"]["priorityClassName"] = high
+        pod = wait_running(k8s, namespace, create_pod(k8s, namespace, manifest))
+        assert pod["spec"]["nodeName"] in gpu_node_names(k8s)
+
+        # The scheduler binds the preemptor only after its victim is gone; the watches may lag a little.
+        victims = wait_for(
+            lambda: [h for h in histories.values() if h.disruption()],
+            timeout=30,
+            message=lambda: f"a preempted filler: { {n: h.phases() for n, h in histories.items()} }",
+        )
+        assert len(victims) == 1, {n: h.phases() for n, h in histories.items()}
+        victims[0].wait_deleted()
+        disruption = victims[0].disruption()
+        assert disruption is not None and disruption["reason"] == "PreemptionByScheduler", victims[0].versions
+    finally:
+        for name in (low, high):
+            scheduling.delete_priority_class(name)
+
+
 @pytest.mark.kubelet
 def test_real_container_exit_code_is_reported(k8s: client.ApiClient, namespace: str) -> None:
     """With a kubelet, a container's own exit code reaches the API (the contract chaos.py imitates)."""
