@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 import json
+import re
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,6 +48,25 @@ METRICS_PATH = "/metrics"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # The kubelet keeps at most 4096 bytes of a termination message.
 TERMINATION_MESSAGE_LIMIT = 4096
+
+
+_EMPTY_INDEX = re.compile(r'"index":\s*(?=[,}])')
+
+
+def tf_config_text(env: Mapping[str, str]) -> str | None:
+    """TF_CONFIG as the runtime should read it, with the fallback for Kubernetes older than 1.28.
+
+    StatefulSet pods get their index from the `apps.kubernetes.io/pod-index` label (1.28+). Without
+    it the kubelet expands `$(PSOP_TASK_INDEX)` to nothing and TF_CONFIG reads `"index": ,`; the
+    ordinal at the end of the pod's name (PSOP_POD_NAME, `<job>-<role>-<ordinal>`) is the same number.
+    """
+    text = env.get(ENV_TF_CONFIG)
+    if text is None or env.get(ENV_TASK_INDEX, "").strip():
+        return text
+    ordinal = env.get(ENV_POD_NAME, "").rsplit("-", 1)[-1]
+    if not ordinal.isdigit():
+        return text
+    return _EMPTY_INDEX.sub(f'"index": {int(ordinal)}', text)
 
 
 class ExitCode(enum.IntEnum):

@@ -207,7 +207,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
     except ValueError as err:  # a bad PSTRAINER_* default is converted lazily by argparse
         raise ConfigError(str(err)) from None
 
-    cluster, role, index = parse_tf_config(env.get(contract.ENV_TF_CONFIG))
+    cluster, role, index = parse_tf_config(contract.tf_config_text(env))
     declared_role = env.get(contract.ENV_ROLE)
     if declared_role and declared_role != role.value:
         raise ConfigError(f"{contract.ENV_ROLE}={declared_role} but TF_CONFIG says {role.value}")

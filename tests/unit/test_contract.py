@@ -1,0 +1,46 @@
+"""The contract module: progress reports from untrusted text, and the TF_CONFIG index fallback."""
+
+from __future__ import annotations
+
+import json
+
+from psoperator import contract
+from psoperator.contract import ProgressReport
+from psoperator.render import render_children
+from tests.unit.builders import job
+
+
+def test_progress_report_round_trips_and_rejects_garbage() -> None:
+    report = ProgressReport(state="running", step=10, checkpointStep=8, loss=0.5)
+    assert ProgressReport.parse(report.to_json()) == report
+    for garbage in (None, "", "{", "[]", '{"step": "x"}', b"\xff\xfe"):
+        assert ProgressReport.parse(garbage) is None
+
+
+def test_termination_message_fits_the_kubelet_limit() -> None:
+    long = ProgressReport(state="failed", step=1, message="x" * 10_000).to_json()
+    assert len(long.encode()) <= contract.TERMINATION_MESSAGE_LIMIT
+
+
+def _ps_tf_config_template() -> str:
+    sts = next(
+        m for m in render_children(job()) if m["kind"] == "StatefulSet" and m["metadata"]["name"] == "ctr-ps"
+    )
+    env = sts["spec"]["template"]["spec"]["containers"][0]["env"]
+    value: str = next(e["value"] for e in env if e["name"] == contract.ENV_TF_CONFIG)
+    return value
+
+
+def test_index_from_the_pod_name_where_the_pod_index_label_is_missing() -> None:
+    """Kubernetes < 1.28: the label is missing, the kubelet expands $(PSOP_TASK_INDEX) to ''."""
+    expanded = _ps_tf_config_template().replace("$(PSOP_TASK_INDEX)", "")
+    env = {contract.ENV_TF_CONFIG: expanded, contract.ENV_TASK_INDEX: "", contract.ENV_POD_NAME: "ctr-ps-1"}
+    text = contract.tf_config_text(env)
+    assert text is not None
+    assert json.loads(text)["task"] == {"type": "ps", "index": 1}
+
+
+def test_a_resolved_index_is_left_alone() -> None:
+    expanded = _ps_tf_config_template().replace("$(PSOP_TASK_INDEX)", "0")
+    env = {contract.ENV_TF_CONFIG: expanded, contract.ENV_TASK_INDEX: "0", contract.ENV_POD_NAME: "ctr-ps-1"}
+    assert contract.tf_config_text(env) == expanded
