@@ -107,14 +107,14 @@ def kubeconfig() -> Iterator[Path]:
         )
     path = _cluster_sh("kubeconfig", timeout=30).stdout.strip()
     already_up = bool(path) and _reachable(path)
-    if not already_up:
-        result = _cluster_sh("up", timeout=UP_TIMEOUT)
-        if result.returncode != 0:
-            pytest.fail(
-                f"e2e/cluster/cluster.sh up failed ({result.returncode}):\n{result.stderr[-4000:]}",
-                pytrace=False,
-            )
-        path = result.stdout.strip().splitlines()[-1]
+    # Also when it runs: `up` is idempotent and recreates a cluster made from an older configuration.
+    result = _cluster_sh("up", timeout=UP_TIMEOUT)
+    if result.returncode != 0:
+        pytest.fail(
+            f"e2e/cluster/cluster.sh up failed ({result.returncode}):\n{result.stderr[-4000:]}",
+            pytrace=False,
+        )
+    path = result.stdout.strip().splitlines()[-1]
     yield Path(path)
     if not already_up and not os.environ.get("PSOPERATOR_KEEP_CLUSTER"):
         _cluster_sh("down", timeout=120)
