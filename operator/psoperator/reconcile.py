@@ -118,19 +118,31 @@ def plan_reconcile(
 
     _merge_progress(status, report, stamp)
     options = RenderOptions(cluster_domain=cluster_domain, attempt=status.restarts)
+    # Finished: the long-running roles stop (per cleanPodPolicy); the chief Job stays as it ended.
+    finished_options = RenderOptions(
+        cluster_domain=cluster_domain, attempt=status.restarts, stopped=success.stop_pods_after_finish(spec)
+    )
+
+    def done(render: RenderOptions | None, **extra: Any) -> ReconcilePlan:
+        return ReconcilePlan(status.model_dump(by_alias=True, exclude_none=True), render, events, **extra)
+
+    def finish(phase: str, reason: str, message: str, render: RenderOptions | None) -> ReconcilePlan:
+        _finish(status, phase, reason, message, stamp, gen)
+        events.append(
+            Event(
+                "Normal" if phase == "Succeeded" else "Warning",
+                phase if phase == "Succeeded" else reason,
+                message,
+            )
+        )
+        return done(render, requeue_after=ttl.seconds_left(spec, status, now))
 
     # Finished: nothing to decide, only clean-up and the TTL.
     if old.phase in ttl.FINISHED_PHASES:
         status.tracking.pods, status.tracking.ps_established = {}, False
         left = ttl.seconds_left(spec, status, now)
-        return ReconcilePlan(
-            status.model_dump(by_alias=True, exclude_none=True),
-            RenderOptions(
-                cluster_domain=cluster_domain,
-                attempt=status.restarts,
-                stopped=success.stop_pods_after_finish(spec),
-            ),
-            events,
+        return done(
+            finished_options,
             delete_job=left is not None and left <= 0,
             requeue_after=max(left, 0.0) if left is not None else None,
         )
@@ -149,9 +161,7 @@ def plan_reconcile(
             events.append(Event("Warning", "SizingWarning", verdict.message))
     if verdict.level is SizingLevel.REFUSE and old.phase in ("Pending", "Failed"):
         message = f"{verdict.message}; not starting because spec.model.enforce is true"
-        _finish(status, "Failed", "Undersized", message, stamp, gen)
-        events.append(Event("Warning", "Undersized", message))
-        return ReconcilePlan(status.model_dump(by_alias=True, exclude_none=True), None, events)
+        return finish("Failed", "Undersized", message, None)
 
     if spec.run_policy.suspend:
         if old.phase != "Suspended":
@@ -163,11 +173,7 @@ def plan_reconcile(
         status.tracking.pods, status.tracking.ps_established = {}, False
         condition("Suspended", True, "Suspended", "runPolicy.suspend is true")
         condition("Running", False, "Suspended", "runPolicy.suspend is true")
-        return ReconcilePlan(
-            status.model_dump(by_alias=True, exclude_none=True),
-            RenderOptions(cluster_domain=cluster_domain, attempt=status.restarts, suspended=True),
-            events,
-        )
+        return done(RenderOptions(cluster_domain=cluster_domain, attempt=status.restarts, suspended=True))
     if old.phase == "Suspended":
         events.append(Event("Normal", "Resumed", "resuming from the latest checkpoint"))
         condition("Suspended", False, "Resumed", "runPolicy.suspend is false")
@@ -177,38 +183,14 @@ def plan_reconcile(
     if left is not None and left <= 0:
         limit = spec.run_policy.active_deadline_seconds
         message = f"the job ran for longer than runPolicy.activeDeadlineSeconds ({limit}s)"
-        _finish(status, "Failed", "DeadlineExceeded", message, stamp, gen)
         status.last_failure = FailureRecord(
             role="job", reason="DeadlineExceeded", message=message, time=stamp
         )
-        events.append(Event("Warning", "DeadlineExceeded", message))
-        return ReconcilePlan(
-            status.model_dump(by_alias=True, exclude_none=True),
-            RenderOptions(
-                cluster_domain=cluster_domain,
-                attempt=status.restarts,
-                stopped=success.stop_pods_after_finish(spec),
-            ),
-            events,
-        )
+        return finish("Failed", "DeadlineExceeded", message, finished_options)
 
     if success.chief_succeeded(observed, status.restarts):
-        message = (
-            f"the chief completed at step {status.step}" if status.step is not None else "the chief completed"
-        )
-        _finish(status, "Succeeded", "ChiefCompleted", message, stamp, gen)
-        events.append(Event("Normal", "Succeeded", message))
-        left = ttl.seconds_left(spec, status, now)
-        return ReconcilePlan(
-            status.model_dump(by_alias=True, exclude_none=True),
-            RenderOptions(
-                cluster_domain=cluster_domain,
-                attempt=status.restarts,
-                stopped=success.stop_pods_after_finish(spec),
-            ),
-            events,
-            requeue_after=left,
-        )
+        step = f" at step {status.step}" if status.step is not None else ""
+        return finish("Succeeded", "ChiefCompleted", f"the chief completed{step}", finished_options)
 
     # With this reconcile's progress merged in: a chief that wrote a checkpoint and then failed made progress.
     decision = recovery.decide(spec, status, observed, now)
@@ -229,17 +211,7 @@ def plan_reconcile(
 
     restarted = decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT
     if decision.action is RecoveryAction.FAIL:
-        _finish(status, "Failed", decision.reason, decision.message, stamp, gen)
-        events.append(Event("Warning", decision.reason, decision.message))
-        return ReconcilePlan(
-            status.model_dump(by_alias=True, exclude_none=True),
-            RenderOptions(
-                cluster_domain=cluster_domain,
-                attempt=status.restarts,
-                stopped=success.stop_pods_after_finish(spec),
-            ),
-            events,
-        )
+        return finish("Failed", decision.reason, decision.message, finished_options)
     if restarted:
         assert decision.failure is not None
         new_failures[decision.failure.role] = new_failures.get(decision.failure.role, 0) + 1
@@ -301,11 +273,4 @@ def plan_reconcile(
         if stalled:
             events.append(Event("Warning", "Stalled", message))
 
-    waits = [w for w in (deadline.seconds_left(spec, status, now),) if w is not None]
-    return ReconcilePlan(
-        status.model_dump(by_alias=True, exclude_none=True),
-        options,
-        events,
-        requeue_after=min(waits) if waits else None,
-        restarted=restarted,
-    )
+    return done(options, requeue_after=deadline.seconds_left(spec, status, now), restarted=restarted)
