@@ -199,13 +199,23 @@ def test_deadline_fails_a_job_that_runs_too_long(
     assert psjobs.condition(status, "Failed")["reason"] == "DeadlineExceeded"  # type: ignore[index]
 
 
-def test_success_then_ttl_deletes_the_job(
+def test_success_cleans_up_then_ttl_deletes_the_job(
     k8s: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    chief, _ = _start(k8s, namespace, runPolicy={"ttlSecondsAfterFinished": 3})
+    evaluator = {"template": {"spec": {"containers": [{"name": "trainer"}]}}}
+    chief, _ = _start(k8s, namespace, evaluator=evaluator, runPolicy={"ttlSecondsAfterFinished": 5})
+    assert psjobs.live_pods(k8s, namespace, "ctr", "evaluator")
     chaos.complete_pod(k8s, namespace, chief["metadata"]["name"])
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Succeeded", timeout=30)
     assert status["completionTime"]
+    assert psjobs.condition(status, "Succeeded")["reason"] == "ChiefCompleted"  # type: ignore[index]
+    # cleanPodPolicy All: parameter servers, workers and the evaluator stop.
+    wait_for(
+        lambda: not any(psjobs.live_pods(k8s, namespace, "ctr", r) for r in ("ps", "worker", "evaluator")),
+        timeout=30,
+        message="pods of the other roles cleaned up",
+    )
+    assert "ChildRejected" not in {e.reason for e in _events(k8s, namespace)}
     wait_for(lambda: psjobs.get(k8s, namespace, "ctr") is None, timeout=30, message="the job deleted by TTL")
 
 
