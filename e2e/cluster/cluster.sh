@@ -225,7 +225,8 @@ cmd_up() {
   fi
   if [ ! -d "$WORKDIR" ]; then
     log "cluster $NAME: creating (kwokctl binary runtime, $K8S_VERSION)"
-    kwokctl create cluster --name "$NAME" --config "$CONFIG" --kubeconfig "" --timeout 3m >&2
+    # 9>&-: the components kwokctl leaves running must not inherit (and hold) the lock.
+    kwokctl create cluster --name "$NAME" --config "$CONFIG" --kubeconfig "" --timeout 3m >&2 9>&-
     echo "$want" > "$STAMP"
   fi
   wait_for 120 "the API server of $NAME" api_ready
@@ -246,11 +247,19 @@ cmd_down() {
   log "cluster $NAME: deleted"
 }
 
+# Two test sessions bringing the same cluster up or down at once would trip over each other.
+locked() {
+  mkdir -p "$CACHE/clusters"
+  exec 9>"$CACHE/clusters/$NAME.lock"
+  flock -w 600 9 || { log "error: another cluster.sh holds $CACHE/clusters/$NAME.lock"; exit 1; }
+  "$@"
+}
+
 case "${1:-}" in
   build) exec "$HERE/build.sh" ;;
   config) render_config; echo "$CONFIG" ;;
-  up) cmd_up ;;
-  down) cmd_down ;;
+  up) locked cmd_up ;;
+  down) locked cmd_down ;;
   kubeconfig)
     echo "$KUBECONFIG_PATH"
     [ -f "$KUBECONFIG_PATH" ] || { log "cluster $NAME is not up (run: $0 up)"; exit 1; }
