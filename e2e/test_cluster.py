@@ -107,28 +107,37 @@ class PodHistory:
         listed = core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}")
         self.versions: list[Json] = [as_json(api, p) for p in listed.items]
         self.deleted = threading.Event()
+        self.error: Exception | None = None
         self._watch = watch.Watch()  # type: ignore[no-untyped-call]
         since = listed.metadata.resource_version if listed.metadata else None
         self._thread = threading.Thread(target=self._run, args=(core, namespace, name, since), daemon=True)
         self._thread.start()
 
     def _run(self, core: client.CoreV1Api, namespace: str, name: str, since: str | None) -> None:
-        for event in self._watch.stream(  # type: ignore[no-untyped-call]
-            core.list_namespaced_pod,
-            namespace,
-            field_selector=f"metadata.name={name}",
-            resource_version=since,
-            timeout_seconds=120,
-        ):
-            self.versions.append(event["raw_object"])
-            if event["type"] == "DELETED":
-                self.deleted.set()
-                return
+        try:
+            for event in self._watch.stream(  # type: ignore[no-untyped-call]
+                core.list_namespaced_pod,
+                namespace,
+                field_selector=f"metadata.name={name}",
+                resource_version=since,
+                timeout_seconds=120,
+            ):
+                self.versions.append(event["raw_object"])
+                if event["type"] == "DELETED":
+                    self.deleted.set()
+                    return
+        except Exception as exc:  # e.g. the cluster went down; the waits report what was seen
+            self.error = exc
 
     def wait_deleted(self, timeout: float = 60) -> None:
         wait_for(
-            self.deleted.is_set, timeout=timeout, message=lambda: f"deletion; phases seen {self.phases()}"
+            self.deleted.is_set,
+            timeout=timeout,
+            message=lambda: f"deletion; phases seen {self.phases()}, watch error {self.error}",
         )
+        self.close()
+
+    def close(self) -> None:
         self._watch.stop()  # type: ignore[no-untyped-call]
 
     def phases(self) -> list[str | None]:
@@ -343,6 +352,7 @@ def test_scheduler_preempts_a_lower_priority_gpu_pod_like_preempt_pod_does(
         scheduling.create_priority_class(
             client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
         )
+    histories: dict[str, PodHistory] = {}
     try:
         fillers = []
         for node in sorted(gpu_node_names(k8s)):
@@ -351,7 +361,7 @@ def test_scheduler_preempts_a_lower_priority_gpu_pod_like_preempt_pod_does(
             fillers.append(create_pod(k8s, namespace, manifest))
         for name in fillers:
             wait_running(k8s, namespace, name)
-        histories = {name: PodHistory(k8s, namespace, name) for name in fillers}
+        histories.update({name: PodHistory(k8s, namespace, name) for name in fillers})
 
         manifest = pod_manifest("high", gpus=4, tolerate_gpu=True)
         manifest["spec"]["priorityClassName"] = high
@@ -369,6 +379,8 @@ def test_scheduler_preempts_a_lower_priority_gpu_pod_like_preempt_pod_does(
         disruption = victims[0].disruption()
         assert disruption is not None and disruption["reason"] == "PreemptionByScheduler", victims[0].versions
     finally:
+        for history in histories.values():
+            history.close()
         for name in (low, high):
             scheduling.delete_priority_class(name)
 
