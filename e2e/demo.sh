@@ -41,7 +41,12 @@ SA="$(kubectl get serviceaccount -n "$NS" -l app.kubernetes.io/instance="$RELEAS
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 SERVER="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
-kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$WORK/ca.crt"
+CA_FILE="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')"
+if [ -n "$CA_FILE" ]; then
+  cp "$CA_FILE" "$WORK/ca.crt"
+else
+  kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$WORK/ca.crt"
+fi
 kubectl create token "$SA" -n "$NS" --duration 1h > "$WORK/token"
 cat > "$WORK/operator.kubeconfig" <<EOF
 apiVersion: v1
