@@ -22,14 +22,14 @@ import aiohttp
 import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
-from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport, Role
+from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
-from psoperator.observe import Observed, PodView, parse_job, parse_pod
+from psoperator.observe import Observed, PodView, build_observed, parse_pod
 from psoperator.policies.recovery import unexplained
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
-from psoperator.render.names import LABEL_JOB, child_name
+from psoperator.render.names import LABEL_JOB
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -122,23 +122,6 @@ def child_changed(namespace: str | None, labels: Mapping[str, str], memo: Any, *
     _wake(memo, namespace, labels.get(LABEL_JOB))
 
 
-def observe(children: list[Obj], pods: list[Obj], job_name: str, departed: dict[str, PodView]) -> Observed:
-    chief_job = next(
-        (
-            parse_job(c)
-            for c in children
-            if c["kind"] == "Job" and c["metadata"]["name"] == child_name(job_name, Role.CHIEF)
-        ),
-        None,
-    )
-    return Observed(
-        pods=[parse_pod(p) for p in pods],
-        chief_job=chief_job,
-        children={(c["kind"], c["metadata"]["name"]): c for c in children},
-        departed=departed,
-    )
-
-
 async def _progress(state: OperatorState, observed: Observed, attempt: int) -> ProgressReport | None:
     chief = observed.chief_pod(attempt)
     if chief is None:
@@ -153,6 +136,7 @@ async def _progress(state: OperatorState, observed: Observed, attempt: int) -> P
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
+    started = time.monotonic()
     job = await in_thread(state.kube.get_job, namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None
@@ -171,14 +155,13 @@ async def reconcile_once(
         pods = await in_thread(state.kube.list_pods, namespace, name)
     # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
     owners = {c["metadata"]["uid"] for c in ours}
-    observed = observe(
+    observed = build_observed(
         ours, [p for p in pods if any(owned_by(p, o) for o in owners)], name, dict(state.departed)
     )
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)
 
-    started = time.monotonic()
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         await in_thread(state.kube.patch_job_status, namespace, name, patch)
@@ -201,9 +184,8 @@ async def reconcile_once(
             logger.info("created %s, replaced %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
-        if event.type == "Warning" and event.reason.endswith("Failed"):
-            role = event.reason.removesuffix("Failed").lower()
-            state.metrics.failures.labels(namespace, name, role, event.reason).inc()
+    for role, reason in plan.failures:
+        state.metrics.failures.labels(namespace, name, role, reason).inc()
     if plan.restarted:
         reason = (plan.status.get("lastFailure") or {}).get("reason", "Unknown")
         state.metrics.restarts.labels(namespace, name, reason).inc()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psoperator.contract import Role
-from psoperator.render.names import LABEL_ATTEMPT, LABEL_ROLE
+from psoperator.render.names import LABEL_ATTEMPT, LABEL_ROLE, child_name
 
 Obj = dict[str, Any]
 
@@ -206,3 +206,19 @@ class Observed:
         """The newest live pod of the chief's current attempt."""
         pods = [p for p in self.role_pods(Role.CHIEF) if p.attempt == attempt]
         return max(pods, key=lambda p: (not p.deleting, p.created or ""), default=None)
+
+
+def build_observed(
+    children: list[Obj], pods: list[Obj], job_name: str, departed: dict[str, PodView]
+) -> Observed:
+    """What one reconcile works from: the job's own children (kind set on each) and their pods."""
+    chief_name = child_name(job_name, Role.CHIEF)
+    chief_job = next(
+        (parse_job(c) for c in children if c["kind"] == "Job" and c["metadata"]["name"] == chief_name), None
+    )
+    return Observed(
+        pods=[parse_pod(p) for p in pods],
+        chief_job=chief_job,
+        children={(c["kind"], c["metadata"]["name"]): c for c in children},
+        departed=departed,
+    )

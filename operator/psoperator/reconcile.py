@@ -43,6 +43,8 @@ class ReconcilePlan:
     delete_job: bool = False
     requeue_after: float | None = None
     restarted: bool = False
+    # (role, reason) of every pod failure seen in this reconcile, for the metrics.
+    failures: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, now: str) -> None:
@@ -123,8 +125,12 @@ def plan_reconcile(
         cluster_domain=cluster_domain, attempt=status.restarts, stopped=success.stop_pods_after_finish(spec)
     )
 
+    failures: list[tuple[str, str]] = []
+
     def done(render: RenderOptions | None, **extra: Any) -> ReconcilePlan:
-        return ReconcilePlan(status.model_dump(by_alias=True, exclude_none=True), render, events, **extra)
+        return ReconcilePlan(
+            status.model_dump(by_alias=True, exclude_none=True), render, events, failures=failures, **extra
+        )
 
     def finish(phase: str, reason: str, message: str, render: RenderOptions | None) -> ReconcilePlan:
         _finish(status, phase, reason, message, stamp, gen)
@@ -194,6 +200,8 @@ def plan_reconcile(
 
     # With this reconcile's progress merged in: a chief that wrote a checkpoint and then failed made progress.
     decision = recovery.decide(spec, status, observed, now)
+    seen = [*decision.recorded, *([decision.failure] if decision.failure not in decision.recorded else [])]
+    failures.extend((f.role.value, f.reason) for f in seen if f is not None)
     new_failures: dict[Role, int] = {}
     for failure in decision.recorded:
         new_failures[failure.role] = new_failures.get(failure.role, 0) + 1

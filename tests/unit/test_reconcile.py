@@ -316,3 +316,19 @@ def test_a_chief_that_checkpointed_before_failing_made_progress() -> None:
     assert plan.restarted
     assert (plan.status["restarts"], plan.status["countedRestarts"]) == (2, 0)
     assert plan.status["checkpoint"]["step"] == 200 and plan.status["restartCheckpointStep"] == 200
+
+
+def test_every_failure_seen_is_reported_for_the_metrics() -> None:
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    pods = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, restarts=1, last_terminated=oom)
+        for p in BASE
+    ]
+    pods = [p for p in pods if p["metadata"]["name"] != "ctr-worker-1"]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running", tracking=tracking_of(BASE)),
+        observed(pods, chief_job()),
+        None,
+        NOW,
+    )
+    assert sorted(plan.failures) == [("ps", "OOMKilled"), ("worker", "Deleted")]
