@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 from kubernetes import client
@@ -12,6 +13,8 @@ from e2e.util import as_json, wait_for
 
 GROUP, VERSION, PLURAL = "psoperator.io", "v1alpha1", "pstrainingjobs"
 LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT = "psoperator.io/job-name", "psoperator.io/role", "psoperator.io/attempt"
+# Any image that runs until stopped: KWOK ignores it; on kind (e2e/cluster/kind.sh) the node image has it.
+IMAGE = os.environ.get("PSOPERATOR_E2E_IMAGE", "registry.k8s.io/pause:3.10")
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 Obj = dict[str, Any]
@@ -24,7 +27,7 @@ def manifest(name: str, **spec: Any) -> Obj:
         "kind": "PSTrainingJob",
         "metadata": {"name": name},
         "spec": {
-            "image": "trainer:e2e",
+            "image": IMAGE,
             "chief": {"template": {"spec": {"containers": [{"name": "trainer"}]}}},
             "ps": {"replicas": 2, "template": {"spec": {"containers": [{"name": "trainer"}]}}},
             "worker": {

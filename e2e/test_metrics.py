@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import urllib.request
 
+import pytest
 from kubernetes import client
 
 from e2e import chaos, psjobs
 from e2e.conftest import OperatorProcess
 from e2e.util import free_port, wait_for
+
+# Failure injection and loopback pod IPs need KWOK's simulated nodes.
+pytestmark = pytest.mark.usefixtures("kwok_only")
 
 
 def _scrape(port: int) -> str:

@@ -13,12 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from e2e import psjobs
 from e2e.conftest import OperatorProcess, _kubectl
 from e2e.util import wait_for
 from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport
+
+# Failure injection and loopback pod IPs need KWOK's simulated nodes.
+pytestmark = pytest.mark.usefixtures("kwok_only")
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from e2e import chaos, psjobs
@@ -19,6 +20,9 @@ from e2e.util import holds_for, wait_for
 Obj = dict[str, Any]
 # "Within seconds": the operator reacts to the pod event; the budget covers a slow CI machine.
 RESTART_BUDGET_SECONDS = 10.0
+
+# Failure injection and loopback pod IPs need KWOK's simulated nodes.
+pytestmark = pytest.mark.usefixtures("kwok_only")
 
 
 def _start(k8s: client.ApiClient, namespace: str, **spec: Any) -> tuple[Obj, Obj]:
