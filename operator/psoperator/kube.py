@@ -122,9 +122,13 @@ class Kube:
         )
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
-        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        self._delete_at(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}", uid)
+
+    def _delete_at(self, path: str, uid: str, **options: Any) -> None:
+        """Delete the object at `path` if it is still the one with `uid`; gone already is fine."""
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background", **options}
         try:
-            self._call("DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}", body)
+            self._call("DELETE", path, body)
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
@@ -163,7 +167,7 @@ class Kube:
                 result.conflicts.append(ref)
                 continue
             if current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest):
-                self._delete(kind, namespace, name, current["metadata"]["uid"])
+                self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
                 self._delete_pods(namespace, current)
                 result.deleted.append(ref)
                 current = None
@@ -198,14 +202,6 @@ class Kube:
         value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
         return str(value) if value is not None else None
 
-    def _delete(self, kind: str, namespace: str, name: str, uid: str) -> None:
-        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
-        try:
-            self._call("DELETE", self._path(kind, namespace, name), body)
-        except ApiException as error:
-            if error.status not in (404, 409):
-                raise
-
     def _delete_pods(self, namespace: str, job: Obj) -> None:
         """Delete an old chief Job's pods now rather than when the garbage collector gets to them."""
         job_name = job["metadata"]["labels"].get(LABEL_JOB, "")
@@ -214,17 +210,9 @@ class Kube:
             "GET", f"/api/v1/namespaces/{namespace}/pods", query=[("labelSelector", selector)]
         )
         for pod in listed.get("items", []):
-            if not owned_by(pod, job["metadata"]["uid"]):
-                continue
-            try:
-                self._call(
-                    "DELETE",
-                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
-                    {"gracePeriodSeconds": 5, "preconditions": {"uid": pod["metadata"]["uid"]}},
-                )
-            except ApiException as error:
-                if error.status not in (404, 409):
-                    raise
+            if owned_by(pod, job["metadata"]["uid"]):
+                path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
+                self._delete_at(path, pod["metadata"]["uid"], gracePeriodSeconds=5)
 
 
 def _reason(error: ApiException) -> str:
