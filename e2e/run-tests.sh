@@ -19,6 +19,7 @@ log "lint and types"
 ruff check .
 ruff format --check .
 mypy
+hadolint Dockerfile images/trainer/Dockerfile
 
 log "building or reusing the local control plane (a cold build takes a while on 2 cores)"
 e2e/cluster/cluster.sh build
