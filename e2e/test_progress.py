@@ -103,3 +103,23 @@ def test_step_and_checkpoint_come_from_the_chief(
     step_column = header.split().index("STEP")
     assert row.split()[step_column] == "1500"
     assert psjobs.status(k8s, namespace, "ctr")["step"] == 1500
+
+
+def test_stalled_when_the_step_stops_advancing(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr", failurePolicy={"stallTimeoutSeconds": 3}))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    address = psjobs.running_pod(k8s, namespace, "ctr", "chief")["status"]["podIP"]
+    hits: list[str] = []
+    with serve_progress(address, {"state": "running", "step": 7}, hits) as served:
+
+        def stalled() -> bool:
+            condition = psjobs.condition(psjobs.status(k8s, namespace, "ctr"), "Stalled")
+            return condition is not None and condition["status"] == "True"
+
+        wait_for(stalled, timeout=40, message="the Stalled condition")
+        served["step"] = 8
+        wait_for(lambda: not stalled(), timeout=30, message="Stalled cleared once the step moves")
+    events = client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr")
+    assert "Stalled" in {e.reason for e in events.items}
