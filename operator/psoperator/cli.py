@@ -48,6 +48,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from psoperator.render import RenderOptions, render_children
+    from psoperator.render.tfconfig import INDEX_REFERENCE
 
     documents = list(yaml.safe_load_all(Path(args.file).read_text()))
     out = sys.stdout
@@ -67,7 +68,7 @@ def _render(args: argparse.Namespace) -> int:
                         e["name"]: e.get("value")
                         for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
                     }
-                    tf = (env.get("TF_CONFIG") or "").replace("$(PSOP_TASK_INDEX)", str(index))
+                    tf = (env.get("TF_CONFIG") or "").replace(INDEX_REFERENCE, str(index))
                     pod = f"{manifest['metadata']['name']}-{index}"
                     out.write(f"{pod}: {json.dumps(json.loads(tf), sort_keys=True)}\n")
             continue

@@ -146,18 +146,21 @@ async def reconcile_once(
     uid = job["metadata"]["uid"]
     ours = [c for c in children if owned_by(c, uid)]
     tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
+    # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
+    owners = {c["metadata"]["uid"] for c in ours}
+
+    def observe(listed: list[Obj]) -> Observed:
+        mine = [p for p in listed if any(owned_by(p, o) for o in owners)]
+        return build_observed(ours, mine, name, dict(state.departed))
+
+    observed = observe(pods)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
     # Wait for it a little, so the failure is classified by what happened instead of "Replaced".
     for _ in range(UNEXPLAINED_RETRIES):
-        if not unexplained(tracking, [parse_pod(p) for p in pods], state.departed):
+        if not unexplained(tracking, observed.pods, observed.departed):
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
-        pods = await in_thread(state.kube.list_pods, namespace, name)
-    # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
-    owners = {c["metadata"]["uid"] for c in ours}
-    observed = build_observed(
-        ours, [p for p in pods if any(owned_by(p, o) for o in owners)], name, dict(state.departed)
-    )
+        observed = observe(await in_thread(state.kube.list_pods, namespace, name))
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)

@@ -8,13 +8,14 @@ half-way through a restart finishes it after a restart instead of doing it twice
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.conditions import is_true, set_condition
 from psoperator.contract import ProgressReport, Role
 from psoperator.observe import Observed
@@ -145,7 +146,7 @@ def plan_reconcile(
 
     # Finished: nothing to decide, only clean-up and the TTL.
     if old.phase in ttl.FINISHED_PHASES:
-        status.tracking.pods, status.tracking.ps_established = {}, False
+        status.tracking = Tracking()  # pods go away on purpose: nothing to track
         left = ttl.seconds_left(spec, status, now)
         return done(
             finished_options,
@@ -176,7 +177,7 @@ def plan_reconcile(
             )
         status.phase = "Suspended"
         status.start_time = None
-        status.tracking.pods, status.tracking.ps_established = {}, False
+        status.tracking = Tracking()  # pods go away on purpose: nothing to track
         condition("Suspended", True, "Suspended", "runPolicy.suspend is true")
         condition("Running", False, "Suspended", "runPolicy.suspend is true")
         return done(RenderOptions(cluster_domain=cluster_domain, attempt=status.restarts, suspended=True))
@@ -200,11 +201,12 @@ def plan_reconcile(
 
     # With this reconcile's progress merged in: a chief that wrote a checkpoint and then failed made progress.
     decision = recovery.decide(spec, status, observed, now)
-    seen = [*decision.recorded, *([decision.failure] if decision.failure not in decision.recorded else [])]
-    failures.extend((f.role.value, f.reason) for f in seen if f is not None)
-    new_failures: dict[Role, int] = {}
+    seen = list(decision.recorded)
+    if decision.failure is not None and decision.failure not in seen:
+        seen.append(decision.failure)
+    failures.extend((f.role.value, f.reason) for f in seen)
+    new_failures = Counter(f.role for f in seen)
     for failure in decision.recorded:
-        new_failures[failure.role] = new_failures.get(failure.role, 0) + 1
         events.append(
             Event(
                 "Warning",
@@ -221,8 +223,6 @@ def plan_reconcile(
     if decision.action is RecoveryAction.FAIL:
         return finish("Failed", decision.reason, decision.message, finished_options)
     if restarted:
-        assert decision.failure is not None
-        new_failures[decision.failure.role] = new_failures.get(decision.failure.role, 0) + 1
         progressed = recovery.made_progress(status)
         status.counted_restarts = (0 if progressed else old.counted_restarts) + (1 if decision.counted else 0)
         status.restarts = old.restarts + 1
@@ -231,9 +231,7 @@ def plan_reconcile(
         events.append(Event("Warning", decision.reason, decision.message))
         condition("Restarting", True, decision.reason, decision.message)
 
-    status.tracking.ps_established, status.tracking.pods = recovery.next_tracking(
-        old, observed, spec.ps.replicas, restarted, paused=False
-    )
+    status.tracking = recovery.next_tracking(old, observed, spec.ps.replicas, restarted)
     status.replica_statuses = replica_statuses(
         spec, observed, old.replica_statuses, new_failures, status.restarts
     )

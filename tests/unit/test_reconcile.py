@@ -122,13 +122,18 @@ def test_chief_success_finishes_and_stops_the_other_roles() -> None:
 def test_clean_pod_policy_none_keeps_pods() -> None:
     plan = plan_reconcile(
         with_status(
-            job(runPolicy={"cleanPodPolicy": "None"}), phase="Succeeded", completionTime=format_time(NOW)
+            job(runPolicy={"cleanPodPolicy": "None"}),
+            phase="Succeeded",
+            completionTime=format_time(NOW),
+            tracking=tracking_of(BASE),
         ),
         observed(BASE),
         None,
         NOW,
     )
     assert plan.render is not None and not plan.render.stopped
+    # A finished job's pods are no longer watched for failures.
+    assert plan.status["tracking"] == {"psEstablished": False, "pods": {}}
 
 
 def test_permanent_exit_code_fails_the_job_with_reason() -> None:

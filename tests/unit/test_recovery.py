@@ -224,19 +224,13 @@ def test_detect_failures_reports_each_vanished_pod_once() -> None:
 
 def test_tracking_establishes_ps_only_when_all_run_under_the_current_chief() -> None:
     status = _status(tracking={"psEstablished": False, "pods": {}})
-    established, pods = next_tracking(status, observed(BASE, chief_job()), 2, restarted=False, paused=False)
-    assert established and set(pods) == {"ctr-ps-0", "ctr-ps-1", "ctr-worker-0", "ctr-worker-1"}
+    tracking = next_tracking(status, observed(BASE, chief_job()), 2, restarted=False)
+    assert tracking.ps_established
+    assert set(tracking.pods) == {"ctr-ps-0", "ctr-ps-1", "ctr-worker-0", "ctr-worker-1"}
     one_ps = [p for p in BASE if p["metadata"]["name"] != "ctr-ps-1"]
-    assert next_tracking(status, observed(one_ps, chief_job()), 2, restarted=False, paused=False)[0] is False
-    assert (
-        next_tracking(
-            _status(tracking=TRACKED), observed(BASE, chief_job()), 2, restarted=True, paused=False
-        )[0]
-        is False
-    )
-    assert next_tracking(
-        _status(tracking=TRACKED), observed(BASE, chief_job()), 2, restarted=False, paused=True
-    ) == (False, {})
+    assert next_tracking(status, observed(one_ps, chief_job()), 2, restarted=False).ps_established is False
+    restarted = next_tracking(_status(tracking=TRACKED), observed(BASE, chief_job()), 2, restarted=True)
+    assert restarted.ps_established is False
 
 
 def test_a_replaced_pod_is_classified_by_how_the_watch_saw_it_end() -> None:

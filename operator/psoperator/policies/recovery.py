@@ -22,7 +22,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.contract import Role
 from psoperator.observe import START_ERRORS, Observed, PodView, Termination
 from psoperator.timeutil import parse_time
@@ -282,15 +282,12 @@ def decide(
 
 
 def next_tracking(
-    status: PSTrainingJobStatus, observed: Observed, ps_replicas: int, restarted: bool, *, paused: bool
-) -> tuple[bool, dict[str, str]]:
-    """The tracking to store after this reconcile: (psEstablished, pods).
+    status: PSTrainingJobStatus, observed: Observed, ps_replicas: int, restarted: bool
+) -> Tracking:
+    """The tracking to store after this reconcile of a running job.
 
-    Paused (suspended or finished): nothing is tracked, since pods go away on purpose. After a
-    restart the new chief has not met the parameter servers yet, so they are not established.
+    After a restart the new chief has not met the parameter servers yet, so they are not established.
     """
-    if paused:
-        return False, {}
     live = [
         p
         for p in observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER)
@@ -298,9 +295,9 @@ def next_tracking(
     ]
     pods = {p.name: track_entry(p) for p in live}
     if restarted:
-        return False, pods
+        return Tracking(psEstablished=False, pods=pods)
     ps_running = sum(1 for p in observed.role_pods(Role.PS) if p.running)
     chief_job = observed.chief_job
     current = chief_job is not None and chief_job.attempt == status.restarts
     established = status.tracking.ps_established or (ps_running == ps_replicas and current)
-    return established, pods
+    return Tracking(psEstablished=established, pods=pods)
