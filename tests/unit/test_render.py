@@ -36,7 +36,10 @@ def _kubelet_tf_config(container: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 def _example() -> dict[str, Any]:
-    obj: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    # The example file also holds the checkpoints' PersistentVolumeClaim.
+    obj: dict[str, Any] = next(
+        d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d["kind"] == "PSTrainingJob"
+    )
     obj["metadata"].update(namespace="default", uid="11111111-2222-3333-4444-555555555555")
     return obj
 
