@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd, kwok, kwokctl) and helm from the Go module proxy into a cache outside the repo.
+# etcd, kwok, kwokctl), the real node's kubelet, kube-proxy and CoreDNS, and helm from the Go
+# module proxy into a cache outside the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
 set -euo pipefail
 
@@ -8,6 +9,7 @@ K8S_VERSION="${K8S_VERSION:-v1.35.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.19.0}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.14.7}"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
@@ -22,7 +24,7 @@ mark() { echo "$2" > "$BIN/.$1.version"; }
 # k8s.io/kubernetes pins its staging modules at v0.0.0 and replaces them with local paths, which a
 # dependent module ignores; a wrapper module replaces each with the published v0.<minor>.<patch>.
 build_kubernetes() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl) missing=()
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy) missing=()
   for b in "${want[@]}"; do have "$b" "$K8S_VERSION" || missing+=("$b"); done
   [ ${#missing[@]} -eq 0 ] && { log "kubernetes $K8S_VERSION: cached"; return; }
   local dir="$WORK/kubernetes-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
@@ -94,4 +96,5 @@ build_installable kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io
 build_installable kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
 build_installable helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 build_kubernetes
+build_installable coredns "$COREDNS_VERSION" github.com/coredns/coredns "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
 log "done: $(ls "$BIN" | tr '\n' ' ')"
