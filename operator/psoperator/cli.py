@@ -46,11 +46,28 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_documents(file: str) -> list[Any]:
+    """The YAML documents of a file, or of standard input for `-` (kubectl's habit)."""
+    text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    return list(yaml.safe_load_all(text))
+
+
+def _usage_error(command: str, message: str) -> int:
+    """One line on stderr and argparse's exit code for bad input, instead of a traceback."""
+    print(f"psoperator {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _render(args: argparse.Namespace) -> int:
     from psoperator.render import RenderOptions, render_children
     from psoperator.render.tfconfig import INDEX_REFERENCE
 
-    documents = list(yaml.safe_load_all(Path(args.file).read_text()))
+    try:
+        documents = _load_documents(args.file)
+    except OSError as error:
+        return _usage_error("render", f"{args.file}: {error.strerror or error}")
+    except yaml.YAMLError as error:
+        return _usage_error("render", f"{args.file}: not YAML: {' '.join(str(error).split())}")
     out = sys.stdout
     for job in documents:
         if not isinstance(job, dict) or job.get("kind") != "PSTrainingJob":
@@ -116,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     render = sub.add_parser("render", help="print the manifests a job would produce (no cluster needed)")
-    render.add_argument("file")
+    render.add_argument("file", help="the PSTrainingJob manifest; - reads standard input")
     render.add_argument("--namespace", default="default")
     render.add_argument("--cluster-domain", default="cluster.local")
     render.add_argument("--tf-config", action="store_true", help="print each pod's TF_CONFIG instead")
