@@ -286,7 +286,8 @@ class Tracking(_Status):
         description="Every parameter server has run together during the current chief attempt.",
     )
     pods: dict[str, str] = Field(
-        default_factory=dict, description="Parameter server and worker pods, name to uid/restartCount."
+        default_factory=dict,
+        description=("Parameter server and worker pods, name to uid/trainer restarts/sidecar restarts."),
     )
 
 

@@ -80,6 +80,16 @@ def _record(failure: Failure, now: str, suggestion: str | None = None) -> Failur
     )
 
 
+def _recorded_event(failure: Failure) -> Event:
+    """The event of a failure that is recorded but not acted on."""
+    if failure.sidecar:
+        return Event("Warning", "SidecarRestarted", failure.describe())
+    message = failure.describe()
+    if failure.role is Role.WORKER:
+        message = f"{message}; the StatefulSet replaces it, training goes on"
+    return Event("Warning", f"{failure.role.value.capitalize()}Failed", message)
+
+
 def _finish(
     status: PSTrainingJobStatus, phase: str, reason: str, message: str, now: str, gen: int | None
 ) -> None:
@@ -206,16 +216,7 @@ def plan_reconcile(
         seen.append(decision.failure)
     failures.extend((f.role.value, f.reason) for f in seen)
     new_failures = Counter(f.role for f in seen)
-    for failure in decision.recorded:
-        events.append(
-            Event(
-                "Warning",
-                f"{failure.role.value.capitalize()}Failed",
-                f"{failure.describe()}; the StatefulSet replaces it, training goes on"
-                if failure.role is Role.WORKER
-                else failure.describe(),
-            )
-        )
+    events.extend(_recorded_event(failure) for failure in decision.recorded)
     if decision.failure is not None:
         status.last_failure = _record(decision.failure, stamp, suggestion_for_oom(spec))
 

@@ -337,3 +337,23 @@ def test_every_failure_seen_is_reported_for_the_metrics() -> None:
         NOW,
     )
     assert sorted(plan.failures) == [("ps", "OOMKilled"), ("worker", "Deleted")]
+
+
+def test_a_sidecar_restart_is_an_event_not_a_restart() -> None:
+    quiet = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, sidecar={"restartCount": 0}) for p in BASE
+    ]
+    restarted = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, sidecar={"restartCount": 1}) for p in BASE
+    ]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running", tracking=tracking_of(quiet)),
+        observed(restarted, chief_job()),
+        None,
+        NOW,
+    )
+    assert not plan.restarted and plan.status["phase"] == "Running" and plan.status["restarts"] == 0
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "SidecarRestarted")]
+    assert "fluent-bit" in plan.events[0].message
+    assert plan.status["lastFailure"]["reason"] == "SidecarRestarted"
+    assert plan.failures == [("ps", "SidecarRestarted")]

@@ -13,7 +13,7 @@ import yaml
 
 from psoperator import contract
 from psoperator.render import RenderOptions, render_children
-from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT
+from psoperator.render.names import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
 from tests.unit.builders import JOB, NS, job
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -118,7 +118,7 @@ def test_chief_job_has_stable_hostname_and_operator_owned_retries() -> None:
     assert chief["spec"]["backoffLimit"] == 0
     assert chief["spec"]["podFailurePolicy"]["rules"][0] == {
         "action": "FailJob",
-        "onExitCodes": {"operator": "In", "values": [1, 2]},
+        "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [1, 2]},
     }
     assert chief["metadata"]["labels"][LABEL_ATTEMPT] == "3"
     assert chief["spec"]["template"]["metadata"]["labels"][LABEL_ATTEMPT] == "3"
@@ -219,3 +219,41 @@ def test_cluster_domain_is_configurable() -> None:
     sts = _by_kind(render_children(job(), cluster_domain="corp.example"))[("StatefulSet", "ctr-ps")]
     config = _kubelet_tf_config(sts["spec"]["template"]["spec"]["containers"][0], 0)
     assert config["cluster"]["ps"][0] == f"ctr-ps-0.ctr-ps.{NS}.svc.corp.example:2222"
+
+
+def test_every_pod_template_names_its_trainer_container() -> None:
+    """Observing reads the trainer's status by this name: the kubelet sorts statuses by name."""
+    for manifest in render_children(job(evaluator={"template": {"spec": {"containers": [{"name": "e"}]}}})):
+        if manifest["kind"] == "Service":
+            continue
+        template = manifest["spec"]["template"]
+        first = template["spec"]["containers"][0]["name"]
+        assert template["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER] == first
+
+
+def _chief_with_sidecar_first(annotation: str) -> dict[str, Any]:
+    template = {
+        "metadata": {"annotations": {ANNOTATION_TRAINER_CONTAINER: annotation}},
+        "spec": {"containers": [{"name": "linkerd-proxy"}, {"name": "main"}]},
+    }
+    chief: dict[str, Any] = _by_kind(render_children(job(chief={"template": template})))[("Job", "ctr-chief")]
+    return chief
+
+
+def test_the_template_may_name_its_trainer_container() -> None:
+    chief = _chief_with_sidecar_first("main")
+    template = chief["spec"]["template"]
+    assert template["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER] == "main"
+    proxy, main = template["spec"]["containers"]
+    assert {p["name"] for p in main["ports"]} == {"tf", "progress"} and "ports" not in proxy
+    assert main["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert "terminationMessagePolicy" not in proxy
+    # A sidecar's exit code never fails the job through the Job controller either.
+    [fail_job] = [r for r in chief["spec"]["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert fail_job["onExitCodes"]["containerName"] == "main"
+
+
+def test_an_annotation_that_names_no_container_means_the_first() -> None:
+    chief = _chief_with_sidecar_first("typo")
+    template = chief["spec"]["template"]
+    assert template["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER] == "linkerd-proxy"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from psoperator.api import PSTrainingJobSpec
 from psoperator.contract import Role
 from psoperator.render.names import LABEL_ATTEMPT, child_labels, child_name, pod_hostname
-from psoperator.render.pod import Manifest
+from psoperator.render.pod import Manifest, trainer_container_name
 
 
 def _job(job_name: str, namespace: str, role: Role, pod_template: Manifest, suspend: bool) -> Manifest:
@@ -51,7 +51,12 @@ def render_chief_job(
     rules: list[Manifest] = []
     codes = sorted(set(spec.failure_policy.permanent_exit_codes))
     if codes:
-        rules.append({"action": "FailJob", "onExitCodes": {"operator": "In", "values": codes}})
+        # Only the trainer's exit code: a sidecar killed with the pod may exit with any code.
+        exit_codes: Manifest = {"operator": "In", "values": codes}
+        trainer = trainer_container_name(pod_template)
+        if trainer is not None:
+            exit_codes = {"containerName": trainer, **exit_codes}
+        rules.append({"action": "FailJob", "onExitCodes": exit_codes})
     rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
     job["spec"].update(
         {
