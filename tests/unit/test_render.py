@@ -116,10 +116,10 @@ def test_chief_job_has_stable_hostname_and_operator_owned_retries() -> None:
     assert (pod_spec["hostname"], pod_spec["subdomain"]) == ("ctr-chief-0", "ctr-chief")
     assert pod_spec["restartPolicy"] == "Never"
     assert chief["spec"]["backoffLimit"] == 0
-    assert chief["spec"]["podFailurePolicy"]["rules"][0] == {
+    assert {
         "action": "FailJob",
         "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [1, 2]},
-    }
+    } in chief["spec"]["podFailurePolicy"]["rules"]
     assert chief["metadata"]["labels"][LABEL_ATTEMPT] == "3"
     assert chief["spec"]["template"]["metadata"]["labels"][LABEL_ATTEMPT] == "3"
     container = pod_spec["containers"][0]
@@ -257,3 +257,31 @@ def test_an_annotation_that_names_no_container_means_the_first() -> None:
     chief = _chief_with_sidecar_first("typo")
     template = chief["spec"]["template"]
     assert template["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER] == "linkerd-proxy"
+
+
+def _pod_failure_action(rules: list[dict[str, Any]], exit_code: int, conditions: list[str]) -> str:
+    """What the Job controller does with a failed pod: the first rule that matches decides."""
+    for rule in rules:
+        on_codes, on_conditions = rule.get("onExitCodes"), rule.get("onPodConditions", [])
+        if on_codes is not None and exit_code in on_codes["values"]:
+            return str(rule["action"])
+        if any(c["type"] in conditions and c["status"] == "True" for c in on_conditions):
+            return str(rule["action"])
+    return "Count"
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "conditions", "action"),
+    [
+        # Evicted or preempted: SIGTERM may make user code exit 1, which is still no bug.
+        (1, ["DisruptionTarget"], "Ignore"),
+        (143, ["DisruptionTarget"], "Ignore"),
+        (1, [], "FailJob"),
+        (138, [], "Count"),
+    ],
+)
+def test_disruptions_win_over_permanent_exit_codes(
+    exit_code: int, conditions: list[str], action: str
+) -> None:
+    chief = _by_kind(render_children(job()))[("Job", "ctr-chief")]
+    assert _pod_failure_action(chief["spec"]["podFailurePolicy"]["rules"], exit_code, conditions) == action

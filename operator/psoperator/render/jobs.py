@@ -48,7 +48,11 @@ def render_chief_job(
     """
     job = _job(job_name, namespace, Role.CHIEF, pod_template, suspend)
     job["metadata"]["labels"][LABEL_ATTEMPT] = str(attempt)
-    rules: list[Manifest] = []
+    # The first matching rule decides, so disruptions come first: an evicted or preempted chief
+    # whose code exits 1 on SIGTERM must be retried, not failed as if it had a bug.
+    rules: list[Manifest] = [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
     codes = sorted(set(spec.failure_policy.permanent_exit_codes))
     if codes:
         # Only the trainer's exit code: a sidecar killed with the pod may exit with any code.
@@ -57,7 +61,6 @@ def render_chief_job(
         if trainer is not None:
             exit_codes = {"containerName": trainer, **exit_codes}
         rules.append({"action": "FailJob", "onExitCodes": exit_codes})
-    rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
     job["spec"].update(
         {
             "backoffLimit": 0,
