@@ -154,9 +154,18 @@ class Kube:
         return list(listed.get("items", []))
 
     def apply_children(
-        self, namespace: str, owner_uid: str, desired: list[Obj], observed: list[Obj]
+        self,
+        namespace: str,
+        owner_uid: str,
+        desired: list[Obj],
+        observed: list[Obj],
+        *,
+        create_missing: bool = True,
     ) -> ApplyResult:
-        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt."""
+        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt.
+
+        Without `create_missing` (the job has ended) only what exists is patched.
+        """
         result = ApplyResult()
         live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
         for manifest in desired:
@@ -166,7 +175,12 @@ class Kube:
             if current is not None and not owned_by(current, owner_uid):
                 result.conflicts.append(ref)
                 continue
-            if current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest):
+            replace = (
+                current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest)
+            )
+            if not create_missing and (current is None or replace):
+                continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
+            if current is not None and replace:
                 self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
                 self._delete_pods(namespace, current)
                 result.deleted.append(ref)
@@ -236,5 +250,5 @@ async def fetch_progress(
         return None
 
 
-async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.to_thread(function, *args)
+async def in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return await asyncio.to_thread(function, *args, **kwargs)

@@ -46,6 +46,9 @@ class ReconcilePlan:
     restarted: bool = False
     # (role, reason) of every pod failure seen in this reconcile, for the metrics.
     failures: list[tuple[str, str]] = field(default_factory=list)
+    # False once the job has ended: children are still patched (scaled down) but none is created or
+    # replaced, so a chief Job deleted after the end does not come back to run against stopped PS.
+    create_missing: bool = True
 
 
 def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, now: str) -> None:
@@ -152,7 +155,7 @@ def plan_reconcile(
                 message,
             )
         )
-        return done(render, requeue_after=ttl.seconds_left(spec, status, now))
+        return done(render, requeue_after=ttl.seconds_left(spec, status, now), create_missing=False)
 
     # Finished: nothing to decide, only clean-up and the TTL.
     if old.phase in ttl.FINISHED_PHASES:
@@ -162,6 +165,7 @@ def plan_reconcile(
             finished_options,
             delete_job=left is not None and left <= 0,
             requeue_after=max(left, 0.0) if left is not None else None,
+            create_missing=False,
         )
 
     def condition(type_: str, value: bool, reason: str, message: str = "") -> None:
