@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import PROGRESS_PATH, ProgressReport
+from psoperator.render import changeable
 from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
 
 Obj = dict[str, Any]
@@ -193,23 +194,37 @@ class Kube:
                     current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
                     != manifest["metadata"]["annotations"][ANNOTATION_HASH]
                 ):
-                    self._call(
-                        "PATCH",
-                        self._path(kind, namespace, name),
-                        json.dumps(manifest),
-                        content_type="application/apply-patch+yaml",
-                        query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-                    )
+                    self._patch(self._path(kind, namespace, name), manifest)
                     result.patched.append(ref)
             except ApiException as error:
                 if error.status == 409:
                     result.conflicts.append(ref)
                 elif error.status == 422:
-                    # e.g. an immutable Job template: the change applies from the next attempt on.
+                    # A value the API server refuses; a Job's immutable fields are never sent (_patch).
                     result.rejected.append(f"{ref}: {_reason(error)}")
                 else:
                     raise
         return result
+
+    def _patch(self, path: str, manifest: Obj) -> None:
+        if manifest["kind"] == "Job":
+            # Only the fields a Job lets change, as a merge patch: an apply of the partial object
+            # would remove the immutable fields it leaves out, and one of the whole is refused.
+            self._call(
+                "PATCH",
+                path,
+                json.dumps(changeable(manifest)),
+                content_type="application/merge-patch+json",
+                query=[("fieldManager", FIELD_MANAGER)],
+            )
+            return
+        self._call(
+            "PATCH",
+            path,
+            json.dumps(manifest),
+            content_type="application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
 
     @staticmethod
     def _attempt(obj: Obj) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from psoperator.kube import Kube
@@ -19,6 +20,7 @@ class RecordingKube(Kube):
     def __init__(self) -> None:
         super().__init__(api_client=object())  # type: ignore[arg-type]
         self.calls: list[tuple[str, str]] = []
+        self.bodies: list[tuple[str, Any]] = []  # (content type, body) of every call
 
     def _call(
         self,
@@ -30,6 +32,7 @@ class RecordingKube(Kube):
         query: list[tuple[str, str]] | None = None,
     ) -> Obj:
         self.calls.append((method, path))
+        self.bodies.append((content_type, json.loads(body) if isinstance(body, str) else body))
         return {}
 
 
@@ -70,3 +73,39 @@ def test_after_the_end_a_chief_of_an_older_attempt_is_not_replaced() -> None:
     kube = RecordingKube()
     result = kube.apply_children(NS, "job-uid", desired, live, create_missing=False)
     assert (result.created, result.deleted, kube.calls) == ([], [], [])
+
+
+CHIEF_PATH = f"/apis/batch/v1/namespaces/{NS}/jobs/ctr-chief"
+
+
+def test_a_change_of_permanent_exit_codes_leaves_the_running_chief_job_alone() -> None:
+    """Its podFailurePolicy is immutable: re-applying it would be refused (422) at every reconcile."""
+    live = _live(render_children(job()))
+    desired = render_children(job(failurePolicy={"permanentExitCodes": [1, 2, 3]}))
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, live)
+    assert (result.patched, kube.calls) == ([], [])
+
+
+def test_the_next_attempt_gets_the_new_permanent_exit_codes() -> None:
+    live = _live(render_children(job()))
+    desired = render_children(job(failurePolicy={"permanentExitCodes": [1, 2, 3]}), attempt=1)
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, live)
+    assert result.deleted == ["Job/ctr-chief"] and result.created == ["Job/ctr-chief"]
+    _, created = kube.bodies[-1]
+    [fail_job] = [r for r in created["spec"]["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert fail_job["onExitCodes"]["values"] == [1, 2, 3]
+
+
+def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
+    """Suspending with new exit codes pending: the patch suspends and carries nothing immutable."""
+    live = _live(render_children(job()))
+    desired = render_children(job(failurePolicy={"permanentExitCodes": [3]}), suspended=True)
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [m for m in desired if m["kind"] == "Job"], live)
+    [(method, path)] = kube.calls
+    content_type, body = kube.bodies[0]
+    assert (method, path, content_type) == ("PATCH", CHIEF_PATH, "application/merge-patch+json")
+    assert body["spec"]["suspend"] is True
+    assert not {"template", "podFailurePolicy", "completions"} & set(body["spec"])

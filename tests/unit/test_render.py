@@ -285,3 +285,41 @@ def test_disruptions_win_over_permanent_exit_codes(
 ) -> None:
     chief = _by_kind(render_children(job()))[("Job", "ctr-chief")]
     assert _pod_failure_action(chief["spec"]["podFailurePolicy"]["rules"], exit_code, conditions) == action
+
+
+def _chief(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    return _by_kind(manifests)[("Job", "ctr-chief")]
+
+
+def test_a_jobs_hash_ignores_what_the_api_server_would_refuse_to_change() -> None:
+    """A Job's template and podFailurePolicy are immutable: a change of them waits for the next Job."""
+    before = _chief(render_children(job()))
+    codes_changed = _chief(render_children(job(failurePolicy={"permanentExitCodes": [3]})))
+    template_changed = _chief(
+        render_children(job(chief={"template": {"spec": {"containers": [{"name": "x"}]}}}))
+    )
+    assert codes_changed["spec"]["podFailurePolicy"] != before["spec"]["podFailurePolicy"]
+    hashes = {
+        m["metadata"]["annotations"][ANNOTATION_HASH] for m in (before, codes_changed, template_changed)
+    }
+    assert len(hashes) == 1
+
+
+def test_a_jobs_hash_follows_what_may_change() -> None:
+    running = _chief(render_children(job()))
+    suspended = _chief(render_children(job(), RenderOptions(suspended=True)))
+    assert (
+        running["metadata"]["annotations"][ANNOTATION_HASH]
+        != suspended["metadata"]["annotations"][ANNOTATION_HASH]
+    )
+    evaluator = {"template": {"spec": {"containers": [{"name": "e"}]}}}
+    budget = [
+        _by_kind(render_children(job(evaluator=evaluator, failurePolicy={"maxRestarts": n})))[
+            ("Job", "ctr-evaluator")
+        ]
+        for n in (1, 2)
+    ]
+    assert (
+        budget[0]["metadata"]["annotations"][ANNOTATION_HASH]
+        != budget[1]["metadata"]["annotations"][ANNOTATION_HASH]
+    )

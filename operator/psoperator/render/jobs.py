@@ -7,6 +7,11 @@ from psoperator.contract import Role
 from psoperator.render.names import LABEL_ATTEMPT, child_labels, child_name, pod_hostname
 from psoperator.render.pod import Manifest, trainer_container_name
 
+# The fields we render that the API server lets change in an existing Job. The rest (the pod
+# template, completions, podFailurePolicy) is immutable: a change of it waits for the next Job,
+# because re-applying it would be refused (422) at every reconcile.
+JOB_MUTABLE_SPEC = frozenset({"suspend", "parallelism", "backoffLimit"})
+
 
 def _job(job_name: str, namespace: str, role: Role, pod_template: Manifest, suspend: bool) -> Manifest:
     pod_template["spec"]["hostname"] = pod_hostname(job_name, role, 0)
