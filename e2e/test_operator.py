@@ -28,6 +28,12 @@ def _children(api: client.ApiClient, namespace: str, name: str) -> set[tuple[str
     }
 
 
+def _running_with_every_task_ready(api: client.ApiClient, namespace: str, name: str) -> psjobs.Obj | None:
+    status = psjobs.status(api, namespace, name)
+    columns = (status.get("phase"), status.get("psReady"), status.get("workersReady"))
+    return status if columns == ("Running", "2/2", "2/2") else None
+
+
 EXPECTED = {
     ("Service", "ctr-chief"), ("Service", "ctr-ps"), ("Service", "ctr-worker"),
     ("StatefulSet", "ctr-ps"), ("StatefulSet", "ctr-worker"), ("Job", "ctr-chief"),
@@ -43,8 +49,12 @@ def test_a_job_runs_with_its_children_and_tf_config(
         timeout=30,
         message=lambda: f"children, got {_children(k8s, namespace, 'ctr')}",
     )
-    status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
-    assert (status["psReady"], status["workersReady"]) == ("2/2", "2/2")
+    # Running needs only the chief and the PS: wait for the workers too, which this test asserts.
+    status = wait_for(
+        lambda: _running_with_every_task_ready(k8s, namespace, "ctr"),
+        timeout=90,
+        message=lambda: f"Running with 2/2 PS and workers; status is {psjobs.status(k8s, namespace, 'ctr')}",
+    )
     assert psjobs.condition(status, "Created")["status"] == "True"  # type: ignore[index]
     assert status["observedGeneration"] == 1
 

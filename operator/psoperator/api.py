@@ -107,7 +107,8 @@ class FailurePolicy(_Model):
         max_length=255,
         description=(
             "Chief exit codes that fail the job at once instead of restarting it (1 to 255). The "
-            "trainer runtime exits 1 for a bug in user code and 2 for bad configuration."
+            "trainer runtime exits 1 for a bug in user code and 2 for bad configuration. A change "
+            "reaches the chief's Job, whose pod failure policy is immutable, at the next chief attempt."
         ),
     )
     stall_timeout_seconds: int | None = Field(
@@ -286,7 +287,8 @@ class Tracking(_Status):
         description="Every parameter server has run together during the current chief attempt.",
     )
     pods: dict[str, str] = Field(
-        default_factory=dict, description="Parameter server and worker pods, name to uid/restartCount."
+        default_factory=dict,
+        description=("Parameter server and worker pods, name to uid/trainer restarts/sidecar restarts."),
     )
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,43 @@ import yaml
 
 from psoperator import sizing_cli
 from psoperator.contract import DEFAULT_PROGRESS_PORT
+
+
+@dataclass(frozen=True)
+class KopfOptions:
+    """kopf's own `run` flags, as the keywords of `kopf.configure` and `kopf.run`."""
+
+    logging: dict[str, Any]
+    run: dict[str, Any]
+
+
+_KOPF_LOGGING = ("verbose", "debug", "quiet", "log_format", "log_refkey", "log_prefix")
+
+
+def kopf_options(argv: Sequence[str]) -> KopfOptions:
+    """Parse the flags `psoperator run` does not know with `kopf run`'s own parser.
+
+    So every flag kopf documents (--peering, --log-format, --verbose, ...) means what kopf says and
+    is checked as kopf checks it. kopf's command itself cannot be called: it takes no memo, which
+    is how the handlers get the operator's state. Exits 2 with kopf's message on a bad flag.
+    """
+    import click
+    from kopf import cli as kopf_cli
+
+    try:
+        params = dict(kopf_cli.run.make_context("psoperator run", list(argv)).params)
+        if params.pop("modules") or params.pop("paths"):
+            raise click.UsageError("the handlers are psoperator's own: no -m/--module and no paths")
+        if params["namespaces"] and params["clusterwide"]:
+            raise click.UsageError("--namespace or --all-namespaces, not both")
+    except click.ClickException as error:
+        error.show()
+        raise SystemExit(error.exit_code) from None
+    # As `kopf run --dev` does: a priority that wins over every other peer.
+    if params.pop("dev"):
+        params["priority"] = 666
+    logging = {key: params.pop(key) for key in _KOPF_LOGGING}
+    return KopfOptions(logging=logging, run=params)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -24,6 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     from psoperator.kube import Kube, load_config
     from psoperator.metrics import Metrics
 
+    options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
     load_config()
     metrics = Metrics.create()
     if args.metrics_port:
@@ -35,22 +74,33 @@ def _run(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         progress_port=args.progress_port,
     )
-    kopf.configure(verbose=args.verbose, debug=args.debug)
-    kopf.run(
-        standalone=args.standalone,
-        namespaces=args.namespace or [],
-        clusterwide=args.all_namespaces,
-        liveness_endpoint=args.liveness,
-        memo=kopf.Memo(state=state),
-    )
+    kopf.configure(**options.logging)
+    kopf.run(**options.run, memo=kopf.Memo(state=state))
     return 0
+
+
+def _load_documents(file: str) -> list[Any]:
+    """The YAML documents of a file, or of standard input for `-` (kubectl's habit)."""
+    text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    return list(yaml.safe_load_all(text))
+
+
+def _usage_error(command: str, message: str) -> int:
+    """One line on stderr and argparse's exit code for bad input, instead of a traceback."""
+    print(f"psoperator {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _render(args: argparse.Namespace) -> int:
     from psoperator.render import RenderOptions, render_children
     from psoperator.render.tfconfig import INDEX_REFERENCE
 
-    documents = list(yaml.safe_load_all(Path(args.file).read_text()))
+    try:
+        documents = _load_documents(args.file)
+    except OSError as error:
+        return _usage_error("render", f"{args.file}: {error.strerror or error}")
+    except yaml.YAMLError as error:
+        return _usage_error("render", f"{args.file}: not YAML: {' '.join(str(error).split())}")
     out = sys.stdout
     for job in documents:
         if not isinstance(job, dict) or job.get("kind") != "PSTrainingJob":
@@ -86,12 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="psoperator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the operator")
-    scope = run.add_mutually_exclusive_group()
-    scope.add_argument("--namespace", "-n", action="append", help="watch this namespace (repeatable)")
-    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
-    run.add_argument("--standalone", action="store_true", help="no peering with other operator replicas")
-    run.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run = sub.add_parser(
+        "run",
+        help="run the operator",
+        description="Run the operator. Every flag not listed here is `kopf run`'s and passes through.",
+        epilog=(
+            "kopf's flags (see `kopf run --help`): --namespace/-n NS (repeatable) | --all-namespaces/-A, "
+            "--standalone, --liveness URL, --peering NAME, --priority N, --verbose, --debug, --quiet, "
+            "--log-format {plain,full,json}, --log-refkey KEY, --log-prefix/--no-log-prefix"
+        ),
+        # An abbreviation of a kopf flag must reach kopf, not match one of ours.
+        allow_abbrev=False,
+    )
     run.add_argument(
         "--metrics-port",
         type=int,
@@ -111,12 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PROGRESS_PORT,
         help="port of the chief's progress endpoint (the trainer's PSOP_PROGRESS_PORT)",
     )
-    run.add_argument("--verbose", action="store_true")
-    run.add_argument("--debug", action="store_true")
     run.set_defaults(func=_run)
 
     render = sub.add_parser("render", help="print the manifests a job would produce (no cluster needed)")
-    render.add_argument("file")
+    render.add_argument("file", help="the PSTrainingJob manifest; - reads standard input")
     render.add_argument("--namespace", default="default")
     render.add_argument("--cluster-domain", default="cluster.local")
     render.add_argument("--tf-config", action="store_true", help="print each pod's TF_CONFIG instead")
@@ -139,8 +193,18 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value.isdigit() else default
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; `run` keeps the flags it does not know in `kopf_args`, for kopf."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.kopf_args = unknown
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args: Any = build_parser().parse_args(argv)
+    args: Any = parse_args(argv)
     return int(args.func(args))
 
 

@@ -83,8 +83,9 @@ class ExitCode(enum.IntEnum):
     TERMINATED = 143
 
 
-# Exit codes that the default failure policy treats as final.
-DEFAULT_PERMANENT_EXIT_CODES: tuple[int, ...] = (ExitCode.PERMANENT, ExitCode.BAD_CONFIG)
+# Exit codes that the default failure policy treats as final. Plain ints, not ExitCode members:
+# they become spec values, which YAML serialisers cannot write as enum members.
+DEFAULT_PERMANENT_EXIT_CODES: tuple[int, ...] = (int(ExitCode.PERMANENT), int(ExitCode.BAD_CONFIG))
 
 
 class ProgressReport(BaseModel):

@@ -174,7 +174,9 @@ async def reconcile_once(
         return plan
     if plan.render is not None:
         desired = render_children(job, plan.render)
-        result = await in_thread(state.kube.apply_children, namespace, uid, desired, children)
+        result = await in_thread(
+            state.kube.apply_children, namespace, uid, desired, children, create_missing=plan.create_missing
+        )
         if plan.restarted:
             state.metrics.recovery_seconds.observe(time.monotonic() - started)
         for ref in result.conflicts:

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import PROGRESS_PATH, ProgressReport
+from psoperator.render import changeable
 from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
 
 Obj = dict[str, Any]
@@ -154,9 +155,18 @@ class Kube:
         return list(listed.get("items", []))
 
     def apply_children(
-        self, namespace: str, owner_uid: str, desired: list[Obj], observed: list[Obj]
+        self,
+        namespace: str,
+        owner_uid: str,
+        desired: list[Obj],
+        observed: list[Obj],
+        *,
+        create_missing: bool = True,
     ) -> ApplyResult:
-        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt."""
+        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt.
+
+        Without `create_missing` (the job has ended) only what exists is patched.
+        """
         result = ApplyResult()
         live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
         for manifest in desired:
@@ -166,7 +176,12 @@ class Kube:
             if current is not None and not owned_by(current, owner_uid):
                 result.conflicts.append(ref)
                 continue
-            if current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest):
+            replace = (
+                current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest)
+            )
+            if not create_missing and (current is None or replace):
+                continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
+            if current is not None and replace:
                 self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
                 self._delete_pods(namespace, current)
                 result.deleted.append(ref)
@@ -179,23 +194,37 @@ class Kube:
                     current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
                     != manifest["metadata"]["annotations"][ANNOTATION_HASH]
                 ):
-                    self._call(
-                        "PATCH",
-                        self._path(kind, namespace, name),
-                        json.dumps(manifest),
-                        content_type="application/apply-patch+yaml",
-                        query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-                    )
+                    self._patch(self._path(kind, namespace, name), manifest)
                     result.patched.append(ref)
             except ApiException as error:
                 if error.status == 409:
                     result.conflicts.append(ref)
                 elif error.status == 422:
-                    # e.g. an immutable Job template: the change applies from the next attempt on.
+                    # A value the API server refuses; a Job's immutable fields are never sent (_patch).
                     result.rejected.append(f"{ref}: {_reason(error)}")
                 else:
                     raise
         return result
+
+    def _patch(self, path: str, manifest: Obj) -> None:
+        if manifest["kind"] == "Job":
+            # Only the fields a Job lets change, as a merge patch: an apply of the partial object
+            # would remove the immutable fields it leaves out, and one of the whole is refused.
+            self._call(
+                "PATCH",
+                path,
+                json.dumps(changeable(manifest)),
+                content_type="application/merge-patch+json",
+                query=[("fieldManager", FIELD_MANAGER)],
+            )
+            return
+        self._call(
+            "PATCH",
+            path,
+            json.dumps(manifest),
+            content_type="application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
 
     @staticmethod
     def _attempt(obj: Obj) -> str | None:
@@ -236,5 +265,5 @@ async def fetch_progress(
         return None
 
 
-async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.to_thread(function, *args)
+async def in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return await asyncio.to_thread(function, *args, **kwargs)

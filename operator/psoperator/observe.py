@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psoperator.contract import Role
-from psoperator.render.names import LABEL_ATTEMPT, LABEL_ROLE, child_name
+from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE, child_name
 
 Obj = dict[str, Any]
 
@@ -72,12 +72,12 @@ class PodView:
     index: int | None
     phase: str
     ready: bool
-    restarts: int
+    restarts: int  # of the training container; sidecars' are in sidecar_restarts
     deleting: bool
     attempt: int | None = None
     ip: str | None = None
     node: str | None = None
-    # The first container's current termination (pod failed/succeeded) or last one (restarted in place).
+    # The training container's current termination (pod failed/succeeded) or last one (restarted in place).
     terminated: Termination | None = None
     last_terminated: Termination | None = None
     waiting_reason: str | None = None
@@ -85,6 +85,8 @@ class PodView:
     disruption: str | None = None  # reason of a DisruptionTarget=True condition
     pod_reason: str | None = None  # status.reason, e.g. Evicted
     created: str | None = None
+    # Restart counts of the other containers (istio-proxy, fluent-bit, ...), by name.
+    sidecar_restarts: dict[str, int] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -105,6 +107,20 @@ def _index_of(meta: Obj, name: str) -> int | None:
     return int(suffix) if suffix.isdigit() else None
 
 
+def _trainer_name(meta: Obj, spec: Obj) -> str | None:
+    """The training container: named by the renderer's annotation, else the pod spec's first container.
+
+    The fallback is for pods rendered before the annotation existed; the spec keeps the template's
+    order (a webhook may still have put its proxy first, which is why the renderer names it).
+    """
+    named = _dict(meta.get("annotations")).get(ANNOTATION_TRAINER_CONTAINER)
+    if isinstance(named, str) and named:
+        return named
+    first = next((c for c in _list(spec.get("containers")) if isinstance(c, dict)), {})
+    name = first.get("name")
+    return name if isinstance(name, str) else None
+
+
 def parse_pod(pod: Obj) -> PodView:
     meta, status = _dict(pod.get("metadata")), _dict(pod.get("status"))
     labels = _dict(meta.get("labels"))
@@ -112,7 +128,11 @@ def parse_pod(pod: Obj) -> PodView:
     role_value = labels.get(LABEL_ROLE)
     role = Role(role_value) if isinstance(role_value, str) and role_value in Role._value2member_map_ else None
     statuses = [s for s in _list(status.get("containerStatuses")) if isinstance(s, dict)]
-    first = statuses[0] if statuses else {}
+    # By name, never by position: the kubelet sorts statuses by container name, so a sidecar called
+    # fluent-bit comes before the trainer.
+    trainer_name = _trainer_name(meta, _dict(pod.get("spec")))
+    trainer = next((s for s in statuses if s.get("name") == trainer_name), {})
+    sidecars = [s for s in statuses if s is not trainer]
     conditions = [c for c in _list(status.get("conditions")) if isinstance(c, dict)]
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     disruption = next(
@@ -123,6 +143,7 @@ def parse_pod(pod: Obj) -> PodView:
         ),
         None,
     )
+    # Any container: a sidecar whose image never pulls keeps the pod from running as surely.
     waiting = next(
         (
             _dict(_dict(s.get("state")).get("waiting"))
@@ -138,18 +159,19 @@ def parse_pod(pod: Obj) -> PodView:
         index=_index_of(meta, name),
         phase=str(status.get("phase") or "Pending"),
         ready=ready,
-        restarts=sum(_int(s.get("restartCount")) or 0 for s in statuses),
+        restarts=_int(trainer.get("restartCount")) or 0,
         deleting=bool(meta.get("deletionTimestamp")),
         attempt=_int(labels.get(LABEL_ATTEMPT)),
         ip=status.get("podIP") or None,
         node=_dict(pod.get("spec")).get("nodeName"),
-        terminated=_termination(first.get("state")),
-        last_terminated=_termination(first.get("lastState")),
+        terminated=_termination(trainer.get("state")),
+        last_terminated=_termination(trainer.get("lastState")),
         waiting_reason=waiting.get("reason"),
         waiting_message=str(waiting.get("message") or ""),
         disruption=disruption,
         pod_reason=status.get("reason"),
         created=meta.get("creationTimestamp"),
+        sidecar_restarts={str(s.get("name")): _int(s.get("restartCount")) or 0 for s in sidecars},
     )
 
 

@@ -46,6 +46,9 @@ class ReconcilePlan:
     restarted: bool = False
     # (role, reason) of every pod failure seen in this reconcile, for the metrics.
     failures: list[tuple[str, str]] = field(default_factory=list)
+    # False once the job has ended: children are still patched (scaled down) but none is created or
+    # replaced, so a chief Job deleted after the end does not come back to run against stopped PS.
+    create_missing: bool = True
 
 
 def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, now: str) -> None:
@@ -78,6 +81,16 @@ def _record(failure: Failure, now: str, suggestion: str | None = None) -> Failur
         message=message,
         time=now,
     )
+
+
+def _recorded_event(failure: Failure) -> Event:
+    """The event of a failure that is recorded but not acted on."""
+    if failure.sidecar:
+        return Event("Warning", "SidecarRestarted", failure.describe())
+    message = failure.describe()
+    if failure.role is Role.WORKER:
+        message = f"{message}; the StatefulSet replaces it, training goes on"
+    return Event("Warning", f"{failure.role.value.capitalize()}Failed", message)
 
 
 def _finish(
@@ -142,7 +155,7 @@ def plan_reconcile(
                 message,
             )
         )
-        return done(render, requeue_after=ttl.seconds_left(spec, status, now))
+        return done(render, requeue_after=ttl.seconds_left(spec, status, now), create_missing=False)
 
     # Finished: nothing to decide, only clean-up and the TTL.
     if old.phase in ttl.FINISHED_PHASES:
@@ -152,6 +165,7 @@ def plan_reconcile(
             finished_options,
             delete_job=left is not None and left <= 0,
             requeue_after=max(left, 0.0) if left is not None else None,
+            create_missing=False,
         )
 
     def condition(type_: str, value: bool, reason: str, message: str = "") -> None:
@@ -206,16 +220,7 @@ def plan_reconcile(
         seen.append(decision.failure)
     failures.extend((f.role.value, f.reason) for f in seen)
     new_failures = Counter(f.role for f in seen)
-    for failure in decision.recorded:
-        events.append(
-            Event(
-                "Warning",
-                f"{failure.role.value.capitalize()}Failed",
-                f"{failure.describe()}; the StatefulSet replaces it, training goes on"
-                if failure.role is Role.WORKER
-                else failure.describe(),
-            )
-        )
+    events.extend(_recorded_event(failure) for failure in decision.recorded)
     if decision.failure is not None:
         status.last_failure = _record(decision.failure, stamp, suggestion_for_oom(spec))
 

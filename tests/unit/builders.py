@@ -6,8 +6,10 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from psoperator.contract import Role
 from psoperator.observe import Observed, parse_job, parse_pod
-from psoperator.render.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from psoperator.policies.recovery import track_entry
+from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
 from psoperator.timeutil import format_time
 
 Obj = dict[str, Any]
@@ -59,7 +61,10 @@ def pod(
     ready: bool = True,
     created: datetime = NOW - timedelta(minutes=10),
     ip: str | None = "10.0.0.1",
+    sidecar: Obj | None = None,
 ) -> Obj:
+    """A pod as the API shows it; `sidecar` adds the status of a `fluent-bit` container, which the
+    kubelet lists before the trainer's (it sorts statuses by container name)."""
     name = f"{JOB}-{role}-{index}" if role != "chief" else f"{JOB}-chief-{attempt or 0}x"
     labels = {LABEL_JOB: JOB, LABEL_ROLE: role, "apps.kubernetes.io/pod-index": str(index)}
     if attempt is not None:
@@ -76,25 +81,31 @@ def pod(
         "name": name,
         "uid": uid or f"{name}-uid",
         "labels": labels,
+        "annotations": {ANNOTATION_TRAINER_CONTAINER: "trainer"},
         "creationTimestamp": format_time(created),
     }
     if deleting:
         meta["deletionTimestamp"] = format_time(NOW)
+    trainer = {
+        "name": "trainer",
+        "restartCount": restarts,
+        "state": state,
+        **({"lastState": {"terminated": last_terminated}} if last_terminated else {}),
+    }
+    sidecars = (
+        [{"name": "fluent-bit", "restartCount": 0, "state": {"running": {}}, **sidecar}] if sidecar else []
+    )
     return {
         "metadata": meta,
-        "spec": {"nodeName": "node-1"},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{"name": "trainer"}, *({"name": "fluent-bit"} for _ in sidecars)],
+        },
         "status": {
             "phase": phase,
             "podIP": ip,
             "conditions": conditions,
-            "containerStatuses": [
-                {
-                    "name": "trainer",
-                    "restartCount": restarts,
-                    "state": state,
-                    **({"lastState": {"terminated": last_terminated}} if last_terminated else {}),
-                }
-            ],
+            "containerStatuses": [*sidecars, trainer],
         },
     }
 
@@ -137,10 +148,6 @@ def running_cluster(attempt: int = 0, ps_restarts: int = 0) -> list[Obj]:
 
 
 def tracking_of(pods: list[Obj]) -> Obj:
-    entries = {}
-    for p in pods:
-        role = p["metadata"]["labels"][LABEL_ROLE]
-        if role in ("ps", "worker"):
-            restarts = p["status"]["containerStatuses"][0]["restartCount"]
-            entries[p["metadata"]["name"]] = f"{p['metadata']['uid']}/{restarts}"
+    views = [parse_pod(p) for p in pods]
+    entries = {v.name: track_entry(v) for v in views if v.role in (Role.PS, Role.WORKER)}
     return {"psEstablished": True, "pods": entries}

@@ -337,3 +337,53 @@ def test_every_failure_seen_is_reported_for_the_metrics() -> None:
         NOW,
     )
     assert sorted(plan.failures) == [("ps", "OOMKilled"), ("worker", "Deleted")]
+
+
+def test_a_sidecar_restart_is_an_event_not_a_restart() -> None:
+    quiet = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, sidecar={"restartCount": 0}) for p in BASE
+    ]
+    restarted = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, sidecar={"restartCount": 1}) for p in BASE
+    ]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running", tracking=tracking_of(quiet)),
+        observed(restarted, chief_job()),
+        None,
+        NOW,
+    )
+    assert not plan.restarted and plan.status["phase"] == "Running" and plan.status["restarts"] == 0
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "SidecarRestarted")]
+    assert "fluent-bit" in plan.events[0].message
+    assert plan.status["lastFailure"]["reason"] == "SidecarRestarted"
+    assert plan.failures == [("ps", "SidecarRestarted")]
+
+
+def test_a_running_job_creates_what_is_missing() -> None:
+    plan = plan_reconcile(with_status(job(), phase="Running"), observed(BASE), None, NOW)
+    assert plan.render is not None and plan.create_missing
+
+
+def test_after_the_end_nothing_is_recreated() -> None:
+    """The chief Job deleted after the job succeeded must not come back to run against stopped PS."""
+    ps_and_workers = BASE[1:]
+    for phase in ("Succeeded", "Failed"):
+        plan = plan_reconcile(
+            with_status(job(), phase=phase, completionTime=format_time(NOW)),
+            observed(ps_and_workers),
+            None,
+            NOW,
+        )
+        assert plan.render is not None and plan.render.stopped  # the PS and workers are still scaled down
+        assert not plan.create_missing, phase
+
+
+def test_the_reconcile_that_ends_the_job_recreates_nothing_either() -> None:
+    started = format_time(NOW - timedelta(seconds=120))
+    plan = plan_reconcile(
+        with_status(job(runPolicy={"activeDeadlineSeconds": 60}), phase="Running", startTime=started),
+        observed(BASE[1:]),
+        None,
+        NOW,
+    )
+    assert plan.status["phase"] == "Failed" and not plan.create_missing

@@ -244,3 +244,60 @@ def test_a_replaced_pod_is_classified_by_how_the_watch_saw_it_end() -> None:
         ("ctr-ps-0", "OOMKilled", 137, False),
         ("ctr-ps-1", "Preempted", None, True),
     ]
+
+
+def test_a_sidecar_restart_in_a_ps_is_recorded_and_restarts_nothing() -> None:
+    tracked = tracking_of(_with("ps", 0, sidecar={"restartCount": 0}))
+    pods = _with("ps", 0, sidecar={"restartCount": 1, "lastState": {"terminated": OOM}})
+    decision = decide(_spec(), _status(tracking=tracked), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.RECORD, "SidecarRestarted")
+    [failure] = decision.recorded
+    assert (failure.role.value, failure.pod, failure.reason, failure.sidecar) == (
+        "ps",
+        "ctr-ps-0",
+        "SidecarRestarted",
+        True,
+    )
+    assert "fluent-bit" in failure.message
+    # Recorded once: the next reconcile tracks the sidecar's count too.
+    tracking = next_tracking(_status(tracking=tracked), observed(pods, chief_job()), 2, restarted=False)
+    again = decide(
+        _spec(), _status(tracking=tracking.model_dump(by_alias=True)), observed(pods, chief_job()), NOW
+    )
+    assert again.action is RecoveryAction.NONE
+
+
+def test_a_ps_trainer_restart_is_classified_by_its_own_last_state_when_a_sidecar_sorts_first() -> None:
+    tracked = tracking_of(_with("ps", 1, sidecar={"restartCount": 0}))
+    pods = _with("ps", 1, restarts=1, last_terminated=OOM, sidecar={"restartCount": 0})
+    decision = decide(_spec(), _status(tracking=tracked), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (
+        RecoveryAction.RESTART_FROM_CHECKPOINT,
+        "ParameterServerLost",
+    )
+    assert decision.failure is not None
+    assert (decision.failure.reason, decision.failure.exit_code) == ("OOMKilled", 137)
+
+
+def test_the_chiefs_exit_code_is_the_trainers_when_a_sidecar_sorts_first() -> None:
+    """The trainer exits 138 (retryable); the sidecar, killed with the pod, exits 1: restart, not fail."""
+    chief = pod(
+        "chief",
+        0,
+        attempt=0,
+        phase="Failed",
+        terminated={"exitCode": 138, "reason": "Error"},
+        sidecar={"state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+    )
+    pods = [chief, *BASE[1:]]
+    decision = decide(
+        _spec(), _status(tracking=TRACKED), observed(pods, chief_job(failed="BackoffLimitExceeded")), NOW
+    )
+    assert (decision.action, decision.reason) == (RecoveryAction.RESTART_FROM_CHECKPOINT, "ChiefFailed")
+    assert decision.failure is not None and decision.failure.exit_code == 138
+
+
+def test_tracking_entries_from_before_sidecars_were_tracked_are_understood() -> None:
+    """An entry `uid/restarts` (older operator, restarts of every container): no failure is invented."""
+    current = parse_pod(pod("ps", 0, restarts=1, sidecar={"restartCount": 2}))
+    assert classify_pod_failure(f"{current.uid}/3", current) is None

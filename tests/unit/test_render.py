@@ -13,7 +13,7 @@ import yaml
 
 from psoperator import contract
 from psoperator.render import RenderOptions, render_children
-from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT
+from psoperator.render.names import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
 from tests.unit.builders import JOB, NS, job
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -119,10 +119,10 @@ def test_chief_job_has_stable_hostname_and_operator_owned_retries() -> None:
     assert (pod_spec["hostname"], pod_spec["subdomain"]) == ("ctr-chief-0", "ctr-chief")
     assert pod_spec["restartPolicy"] == "Never"
     assert chief["spec"]["backoffLimit"] == 0
-    assert chief["spec"]["podFailurePolicy"]["rules"][0] == {
+    assert {
         "action": "FailJob",
-        "onExitCodes": {"operator": "In", "values": [1, 2]},
-    }
+        "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [1, 2]},
+    } in chief["spec"]["podFailurePolicy"]["rules"]
     assert chief["metadata"]["labels"][LABEL_ATTEMPT] == "3"
     assert chief["spec"]["template"]["metadata"]["labels"][LABEL_ATTEMPT] == "3"
     container = pod_spec["containers"][0]
@@ -222,3 +222,107 @@ def test_cluster_domain_is_configurable() -> None:
     sts = _by_kind(render_children(job(), cluster_domain="corp.example"))[("StatefulSet", "ctr-ps")]
     config = _kubelet_tf_config(sts["spec"]["template"]["spec"]["containers"][0], 0)
     assert config["cluster"]["ps"][0] == f"ctr-ps-0.ctr-ps.{NS}.svc.corp.example:2222"
+
+
+def test_every_pod_template_names_its_trainer_container() -> None:
+    """Observing reads the trainer's status by this name: the kubelet sorts statuses by name."""
+    for manifest in render_children(job(evaluator={"template": {"spec": {"containers": [{"name": "e"}]}}})):
+        if manifest["kind"] == "Service":
+            continue
+        template = manifest["spec"]["template"]
+        first = template["spec"]["containers"][0]["name"]
+        assert template["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER] == first
+
+
+def _chief_with_sidecar_first(annotation: str) -> dict[str, Any]:
+    template = {
+        "metadata": {"annotations": {ANNOTATION_TRAINER_CONTAINER: annotation}},
+        "spec": {"containers": [{"name": "linkerd-proxy"}, {"name": "main"}]},
+    }
+    chief: dict[str, Any] = _by_kind(render_children(job(chief={"template": template})))[("Job", "ctr-chief")]
+    return chief
+
+
+def test_the_template_may_name_its_trainer_container() -> None:
+    chief = _chief_with_sidecar_first("main")
+    template = chief["spec"]["template"]
+    assert template["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER] == "main"
+    proxy, main = template["spec"]["containers"]
+    assert {p["name"] for p in main["ports"]} == {"tf", "progress"} and "ports" not in proxy
+    assert main["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert "terminationMessagePolicy" not in proxy
+    # A sidecar's exit code never fails the job through the Job controller either.
+    [fail_job] = [r for r in chief["spec"]["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert fail_job["onExitCodes"]["containerName"] == "main"
+
+
+def test_an_annotation_that_names_no_container_means_the_first() -> None:
+    chief = _chief_with_sidecar_first("typo")
+    template = chief["spec"]["template"]
+    assert template["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER] == "linkerd-proxy"
+
+
+def _pod_failure_action(rules: list[dict[str, Any]], exit_code: int, conditions: list[str]) -> str:
+    """What the Job controller does with a failed pod: the first rule that matches decides."""
+    for rule in rules:
+        on_codes, on_conditions = rule.get("onExitCodes"), rule.get("onPodConditions", [])
+        if on_codes is not None and exit_code in on_codes["values"]:
+            return str(rule["action"])
+        if any(c["type"] in conditions and c["status"] == "True" for c in on_conditions):
+            return str(rule["action"])
+    return "Count"
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "conditions", "action"),
+    [
+        # Evicted or preempted: SIGTERM may make user code exit 1, which is still no bug.
+        (1, ["DisruptionTarget"], "Ignore"),
+        (143, ["DisruptionTarget"], "Ignore"),
+        (1, [], "FailJob"),
+        (138, [], "Count"),
+    ],
+)
+def test_disruptions_win_over_permanent_exit_codes(
+    exit_code: int, conditions: list[str], action: str
+) -> None:
+    chief = _by_kind(render_children(job()))[("Job", "ctr-chief")]
+    assert _pod_failure_action(chief["spec"]["podFailurePolicy"]["rules"], exit_code, conditions) == action
+
+
+def _chief(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    return _by_kind(manifests)[("Job", "ctr-chief")]
+
+
+def test_a_jobs_hash_ignores_what_the_api_server_would_refuse_to_change() -> None:
+    """A Job's template and podFailurePolicy are immutable: a change of them waits for the next Job."""
+    before = _chief(render_children(job()))
+    codes_changed = _chief(render_children(job(failurePolicy={"permanentExitCodes": [3]})))
+    template_changed = _chief(
+        render_children(job(chief={"template": {"spec": {"containers": [{"name": "x"}]}}}))
+    )
+    assert codes_changed["spec"]["podFailurePolicy"] != before["spec"]["podFailurePolicy"]
+    hashes = {
+        m["metadata"]["annotations"][ANNOTATION_HASH] for m in (before, codes_changed, template_changed)
+    }
+    assert len(hashes) == 1
+
+
+def test_a_jobs_hash_follows_what_may_change() -> None:
+    running = _chief(render_children(job()))
+    suspended = _chief(render_children(job(), RenderOptions(suspended=True)))
+    assert (
+        running["metadata"]["annotations"][ANNOTATION_HASH]
+        != suspended["metadata"]["annotations"][ANNOTATION_HASH]
+    )
+    evaluator = {"template": {"spec": {"containers": [{"name": "e"}]}}}
+    budget = [
+        _by_kind(render_children(job(evaluator=evaluator, failurePolicy={"maxRestarts": n})))[
+            ("Job", "ctr-evaluator")
+        ]
+        for n in (1, 2)
+    ]
+    assert (
+        budget[0]["metadata"]["annotations"][ANNOTATION_HASH]
+        != budget[1]["metadata"]["annotations"][ANNOTATION_HASH]
+    )

@@ -7,12 +7,15 @@ correct recovery is to restart the chief, which restores every variable from the
 | observed                                             | action                    | counted          |
 |------------------------------------------------------|---------------------------|------------------|
 | worker failed, evicted, deleted, restarted in place   | RECORD (StatefulSet heals) | no               |
+| a sidecar of a PS or worker restarted in place       | RECORD (kubelet heals)    | no               |
 | PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
 | chief exited with a retryable code                    | RESTART_FROM_CHECKPOINT   | yes*             |
 | chief exited with a permanent code / cannot start     | FAIL                      |                  |
 | restarts exhausted                                    | FAIL                      |                  |
 
 (*) unless a newer checkpoint was written since the previous restart: progress resets the budget.
+Only the training container's exit codes and restarts count (observe.py finds it by name); a
+sidecar's restart leaves the task's variables where they were.
 Every function here is pure: observed state and the job's status in, a decision out.
 """
 
@@ -57,6 +60,7 @@ class Failure:
     message: str
     exit_code: int | None = None
     disruption: bool = False
+    sidecar: bool = False  # a sidecar restarted, not the trainer: recorded, never acted on
 
     def describe(self) -> str:
         where = f"{self.role.value} {self.index}" if self.index is not None else self.role.value
@@ -76,13 +80,27 @@ class RecoveryDecision:
     recorded: list[Failure] = field(default_factory=list)
 
 
-def _tracked(entry: str) -> tuple[str, int]:
-    uid, _, restarts = entry.partition("/")
-    return uid, int(restarts) if restarts.isdigit() else 0
+def _tracked(entry: str) -> tuple[str, int, int | None]:
+    """uid, the trainer's restarts and the sidecars' (None: an entry from before they were tracked)."""
+    uid, restarts, sidecars = [*entry.split("/"), "", ""][:3]
+    return (
+        uid,
+        int(restarts) if restarts.isdigit() else 0,
+        int(sidecars) if sidecars.isdigit() else None,
+    )
 
 
 def track_entry(pod: PodView) -> str:
-    return f"{pod.uid}/{pod.restarts}"
+    return f"{pod.uid}/{pod.restarts}/{sum(pod.sidecar_restarts.values())}"
+
+
+def _sidecar_failure(pod: PodView) -> Failure:
+    assert pod.role is not None
+    restarted = ", ".join(
+        f"{name} ({count})" for name, count in sorted(pod.sidecar_restarts.items()) if count
+    )
+    message = f"sidecar restarted in place, restarts so far: {restarted}; the trainer runs on"
+    return Failure(pod.role, pod.name, pod.index, "SidecarRestarted", message, sidecar=True)
 
 
 def _termination_failure(pod: PodView, term: Termination | None, fallback: str) -> Failure:
@@ -119,7 +137,7 @@ def classify_pod_failure(
     """
     if previous is None:
         return None
-    uid, restarts = _tracked(previous)
+    uid, restarts, sidecar_restarts = _tracked(previous)
     if pod is None or pod.uid != uid:
         last = (departed or {}).get(uid)
         ended = _classify_ended(last) if last is not None and last.role is not None else None
@@ -136,6 +154,8 @@ def classify_pod_failure(
         return ended
     if pod.restarts > restarts:
         return _termination_failure(pod, pod.last_terminated, "Restarted")
+    if sidecar_restarts is not None and sum(pod.sidecar_restarts.values()) > sidecar_restarts:
+        return _sidecar_failure(pod)
     return None
 
 
@@ -231,8 +251,9 @@ def decide(
     failures = detect_failures(
         status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER), observed.departed
     )
-    worker_failures = [f for f in failures if f.role is Role.WORKER]
-    ps_failures = [f for f in failures if f.role is Role.PS]
+    # Tolerated: recorded whatever the action. A sidecar's restart is the kubelet's business.
+    tolerated = [f for f in failures if f.role is Role.WORKER or f.sidecar]
+    ps_failures = [f for f in failures if f.role is Role.PS and not f.sidecar]
     job = observed.chief_job
     current = job is not None and job.attempt == status.restarts and not job.deleting
     chief = observed.chief_pod(status.restarts)
@@ -246,7 +267,7 @@ def decide(
                 "StartupError",
                 f"{stuck.describe()}; failing after {grace}s",
                 stuck,
-                recorded=worker_failures,
+                recorded=tolerated,
             )
 
     if current and job is not None and job.failed:
@@ -260,25 +281,32 @@ def decide(
                 "PermanentExitCode",
                 f"{failure.describe()}; the exit code is in failurePolicy.permanentExitCodes",
                 failure,
-                recorded=worker_failures,
+                recorded=tolerated,
             )
-        return _restart(spec, status, failure, "ChiefFailed", worker_failures)
+        return _restart(spec, status, failure, "ChiefFailed", tolerated)
 
     if ps_failures and current and status.tracking.ps_established:
-        return _restart(
-            spec, status, ps_failures[0], "ParameterServerLost", worker_failures + ps_failures[1:]
-        )
+        return _restart(spec, status, ps_failures[0], "ParameterServerLost", tolerated + ps_failures[1:])
 
-    recorded = worker_failures + ps_failures
+    recorded = tolerated + ps_failures
     if recorded:
         return RecoveryDecision(
             RecoveryAction.RECORD,
-            "WorkerLost" if worker_failures else "ParameterServerLost",
+            _record_reason(recorded),
             "; ".join(f.describe() for f in recorded),
             recorded[0],
             recorded=recorded,
         )
     return RecoveryDecision(RecoveryAction.NONE)
+
+
+def _record_reason(recorded: list[Failure]) -> str:
+    """What a recording is about: a lost task before a sidecar's restart."""
+    if any(f.role is Role.WORKER and not f.sidecar for f in recorded):
+        return "WorkerLost"
+    if any(f.role is Role.PS and not f.sidecar for f in recorded):
+        return "ParameterServerLost"
+    return "SidecarRestarted"
 
 
 def next_tracking(

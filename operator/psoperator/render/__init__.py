@@ -1,8 +1,9 @@
 """Pure renderers: a PSTrainingJob in, the manifests of its children out.
 
 No I/O, no clock, no environment: the same job and options always give identical manifests, so
-re-rendering never causes a spurious update. Each manifest carries a hash of itself, which the
-apply layer compares with the live object's to patch only what changed.
+re-rendering never causes a spurious update. Each manifest carries a hash of what of it may change
+after creation (`changeable`), which the apply layer compares with the live object's to patch only
+what changed.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from typing import Any
 from psoperator import GROUP, KIND, VERSION
 from psoperator.api import PSTrainingJobSpec
 from psoperator.contract import Role
-from psoperator.render.jobs import render_chief_job, render_evaluator_job
+from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
 from psoperator.render.names import ANNOTATION_HASH
 from psoperator.render.pod import Manifest, render_pod_template
 from psoperator.render.services import render_service
 from psoperator.render.statefulsets import render_statefulset
 from psoperator.render.tfconfig import cluster_spec, tf_config
 
-__all__ = ["Manifest", "RenderOptions", "render_children", "spec_hash"]
+__all__ = ["Manifest", "RenderOptions", "changeable", "render_children", "spec_hash"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,21 @@ class RenderOptions:
     stopped: bool = False
 
 
+def changeable(manifest: Manifest) -> Manifest:
+    """What of a manifest may change once its object exists: all of it, but a Job's mutable fields only.
+
+    A chief Job keeps the template and podFailurePolicy it was created with (a changed
+    permanentExitCodes, a new operator version): the next attempt's Job gets the new ones.
+    """
+    if manifest.get("kind") != "Job":
+        return manifest
+    spec = {k: v for k, v in manifest.get("spec", {}).items() if k in JOB_MUTABLE_SPEC}
+    return {**manifest, "spec": spec}
+
+
 def spec_hash(manifest: Manifest) -> str:
-    body = {k: v for k, v in manifest.items() if k != "metadata"}
+    """A hash of what may change: equal hashes, nothing to patch; so no patch is ever refused and retried."""
+    body = {k: v for k, v in changeable(manifest).items() if k != "metadata"}
     meta = {k: v for k, v in manifest.get("metadata", {}).items() if k != "annotations"}
     text = json.dumps({"metadata": meta, **body}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -5,7 +5,12 @@ from __future__ import annotations
 from psoperator.api import PSTrainingJobSpec
 from psoperator.contract import Role
 from psoperator.render.names import LABEL_ATTEMPT, child_labels, child_name, pod_hostname
-from psoperator.render.pod import Manifest
+from psoperator.render.pod import Manifest, trainer_container_name
+
+# The fields we render that the API server lets change in an existing Job. The rest (the pod
+# template, completions, podFailurePolicy) is immutable: a change of it waits for the next Job,
+# because re-applying it would be refused (422) at every reconcile.
+JOB_MUTABLE_SPEC = frozenset({"suspend", "parallelism", "backoffLimit"})
 
 
 def _job(job_name: str, namespace: str, role: Role, pod_template: Manifest, suspend: bool) -> Manifest:
@@ -48,11 +53,19 @@ def render_chief_job(
     """
     job = _job(job_name, namespace, Role.CHIEF, pod_template, suspend)
     job["metadata"]["labels"][LABEL_ATTEMPT] = str(attempt)
-    rules: list[Manifest] = []
+    # The first matching rule decides, so disruptions come first: an evicted or preempted chief
+    # whose code exits 1 on SIGTERM must be retried, not failed as if it had a bug.
+    rules: list[Manifest] = [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
     codes = sorted(set(spec.failure_policy.permanent_exit_codes))
     if codes:
-        rules.append({"action": "FailJob", "onExitCodes": {"operator": "In", "values": codes}})
-    rules.append({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
+        # Only the trainer's exit code: a sidecar killed with the pod may exit with any code.
+        exit_codes: Manifest = {"operator": "In", "values": codes}
+        trainer = trainer_container_name(pod_template)
+        if trainer is not None:
+            exit_codes = {"containerName": trainer, **exit_codes}
+        rules.append({"action": "FailJob", "onExitCodes": exit_codes})
     job["spec"].update(
         {
             "backoffLimit": 0,

@@ -12,6 +12,9 @@ LABEL_JOB = f"{GROUP}/job-name"
 LABEL_ROLE = f"{GROUP}/role"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 ANNOTATION_HASH = f"{GROUP}/spec-hash"
+# On a pod template: the name of the container that runs the training code, as opposed to sidecars.
+# Set by the user to choose it, else by the renderer to the template's first container.
+ANNOTATION_TRAINER_CONTAINER = f"{GROUP}/trainer-container"
 # The StatefulSet controller labels each pod with its ordinal (Kubernetes >= 1.28).
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 

@@ -14,6 +14,7 @@ from psoperator import contract
 from psoperator.api import PSTrainingJobSpec
 from psoperator.contract import Role
 from psoperator.render.names import (
+    ANNOTATION_TRAINER_CONTAINER,
     CHECKPOINT_VOLUME,
     LABEL_ATTEMPT,
     LABEL_POD_INDEX,
@@ -82,6 +83,19 @@ def _with_port(container: Manifest, name: str, port: int) -> None:
         ports.append({"name": name, "containerPort": port, "protocol": "TCP"})
 
 
+def trainer_container_name(template: Manifest) -> str | None:
+    """The container that runs the training code: the one the template's annotation names, else the first.
+
+    A name that matches no container falls back to the first too: an annotation that names nothing
+    would leave every failure of the trainer unseen.
+    """
+    names = [c.get("name") for c in template.get("spec", {}).get("containers", [])]
+    marked = template.get("metadata", {}).get("annotations", {}).get(ANNOTATION_TRAINER_CONTAINER)
+    if marked in names:
+        return str(marked)
+    return str(names[0]) if names else None
+
+
 def render_pod_template(
     spec: PSTrainingJobSpec,
     job_name: str,
@@ -99,6 +113,10 @@ def render_pod_template(
     meta["labels"] = {**meta.get("labels", {}), **child_labels(job_name, role)}
     if attempt is not None:
         meta["labels"][LABEL_ATTEMPT] = str(attempt)
+    trainer = trainer_container_name(pod)
+    if trainer is not None:
+        # Sidecars are told apart by this name, never by position: see observe.parse_pod.
+        meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_TRAINER_CONTAINER: trainer}
     pod_spec = pod.setdefault("spec", {})
     pod_spec["restartPolicy"] = restart_policy
     if spec.scheduling.scheduler_name and "schedulerName" not in pod_spec:
@@ -116,7 +134,7 @@ def render_pod_template(
         pod_spec["volumes"] = volumes
 
     containers: list[Manifest] = pod_spec.setdefault("containers", [])
-    for position, container in enumerate(containers):
+    for container in containers:
         if not container.get("image") and spec.image:
             container["image"] = spec.image
         container["env"] = _merge_env(env, container.get("env", []))
@@ -124,8 +142,8 @@ def render_pod_template(
             mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != CHECKPOINT_VOLUME]
             mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.dir})
             container["volumeMounts"] = mounts
-        if position == 0:
-            # The first container is the trainer: it serves the task's gRPC port.
+        if container.get("name") == trainer:
+            # The trainer serves the task's gRPC port and, in the chief, the progress report.
             if role is not Role.EVALUATOR:
                 _with_port(container, "tf", spec.port)
             if role is Role.CHIEF:

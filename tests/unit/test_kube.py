@@ -1,0 +1,111 @@
+"""The apply layer against a recording fake of the API: what it creates, patches and replaces."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from psoperator.kube import Kube
+from psoperator.render import render_children
+from psoperator.render.names import LABEL_ATTEMPT
+from tests.unit.builders import NS, job
+
+Obj = dict[str, Any]
+
+
+class RecordingKube(Kube):
+    """Records every call instead of making it; GETs list nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(api_client=object())  # type: ignore[arg-type]
+        self.calls: list[tuple[str, str]] = []
+        self.bodies: list[tuple[str, Any]] = []  # (content type, body) of every call
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> Obj:
+        self.calls.append((method, path))
+        self.bodies.append((content_type, json.loads(body) if isinstance(body, str) else body))
+        return {}
+
+
+def _live(manifests: list[Obj]) -> list[Obj]:
+    """The objects as the API returns them: with a uid each."""
+    live = copy.deepcopy(manifests)
+    for obj in live:
+        obj["metadata"]["uid"] = f"{obj['kind']}-{obj['metadata']['name']}-uid"
+    return live
+
+
+def _without_chief(manifests: list[Obj]) -> list[Obj]:
+    return [m for m in manifests if m["kind"] != "Job"]
+
+
+def test_a_missing_child_is_created() -> None:
+    desired = render_children(job())
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, _live(_without_chief(desired)))
+    assert result.created == ["Job/ctr-chief"]
+    assert kube.calls == [("POST", f"/apis/batch/v1/namespaces/{NS}/jobs")]
+
+
+def test_after_the_end_a_missing_child_stays_missing_and_the_rest_is_still_patched() -> None:
+    desired = render_children(job(), stopped=True)
+    running = _live(_without_chief(render_children(job())))
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, running, create_missing=False)
+    assert result.created == [] and result.deleted == []
+    assert sorted(result.patched) == ["StatefulSet/ctr-ps", "StatefulSet/ctr-worker"]
+    assert all(method == "PATCH" for method, _ in kube.calls)
+
+
+def test_after_the_end_a_chief_of_an_older_attempt_is_not_replaced() -> None:
+    desired = render_children(job(), attempt=2, stopped=True)
+    live = _live(render_children(job(), attempt=1, stopped=True))
+    assert [o["metadata"]["labels"][LABEL_ATTEMPT] for o in live if o["kind"] == "Job"] == ["1"]
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, live, create_missing=False)
+    assert (result.created, result.deleted, kube.calls) == ([], [], [])
+
+
+CHIEF_PATH = f"/apis/batch/v1/namespaces/{NS}/jobs/ctr-chief"
+
+
+def test_a_change_of_permanent_exit_codes_leaves_the_running_chief_job_alone() -> None:
+    """Its podFailurePolicy is immutable: re-applying it would be refused (422) at every reconcile."""
+    live = _live(render_children(job()))
+    desired = render_children(job(failurePolicy={"permanentExitCodes": [1, 2, 3]}))
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, live)
+    assert (result.patched, kube.calls) == ([], [])
+
+
+def test_the_next_attempt_gets_the_new_permanent_exit_codes() -> None:
+    live = _live(render_children(job()))
+    desired = render_children(job(failurePolicy={"permanentExitCodes": [1, 2, 3]}), attempt=1)
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, live)
+    assert result.deleted == ["Job/ctr-chief"] and result.created == ["Job/ctr-chief"]
+    _, created = kube.bodies[-1]
+    [fail_job] = [r for r in created["spec"]["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert fail_job["onExitCodes"]["values"] == [1, 2, 3]
+
+
+def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
+    """Suspending with new exit codes pending: the patch suspends and carries nothing immutable."""
+    live = _live(render_children(job()))
+    desired = render_children(job(failurePolicy={"permanentExitCodes": [3]}), suspended=True)
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [m for m in desired if m["kind"] == "Job"], live)
+    [(method, path)] = kube.calls
+    content_type, body = kube.bodies[0]
+    assert (method, path, content_type) == ("PATCH", CHIEF_PATH, "application/merge-patch+json")
+    assert body["spec"]["suspend"] is True
+    assert not {"template", "podFailurePolicy", "completions"} & set(body["spec"])

@@ -1,0 +1,53 @@
+"""Parsing pods: the training container is found by name, whatever the kubelet's order of statuses."""
+
+from __future__ import annotations
+
+from psoperator.observe import parse_pod
+from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER
+from tests.unit.builders import pod
+
+OOM = {"exitCode": 137, "reason": "OOMKilled", "message": ""}
+
+
+def test_the_trainers_status_is_read_by_name_when_a_sidecar_sorts_first() -> None:
+    raw = pod(
+        "chief",
+        0,
+        attempt=0,
+        phase="Failed",
+        terminated={"exitCode": 138, "reason": "Error"},
+        sidecar={"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+    )
+    assert raw["status"]["containerStatuses"][0]["name"] == "fluent-bit"
+    view = parse_pod(raw)
+    assert view.terminated is not None and view.terminated.exit_code == 138
+
+
+def test_sidecar_restarts_are_kept_apart_from_the_trainers() -> None:
+    view = parse_pod(pod("ps", 0, restarts=1, last_terminated=OOM, sidecar={"restartCount": 3}))
+    assert view.restarts == 1
+    assert view.last_terminated is not None and view.last_terminated.reason == "OOMKilled"
+    assert view.sidecar_restarts == {"fluent-bit": 3}
+
+
+def test_without_the_annotation_the_first_container_of_the_pod_spec_is_the_trainer() -> None:
+    """Pods rendered before the annotation existed: the spec keeps the template's order, statuses do not."""
+    raw = pod("ps", 0, restarts=2, sidecar={"restartCount": 5})
+    del raw["metadata"]["annotations"][ANNOTATION_TRAINER_CONTAINER]
+    view = parse_pod(raw)
+    assert (view.restarts, view.sidecar_restarts) == (2, {"fluent-bit": 5})
+
+
+def test_the_annotation_names_the_trainer_wherever_it_is_in_the_spec() -> None:
+    """A webhook may put its proxy first in the pod spec; the annotation still names the trainer."""
+    raw = pod("ps", 0, restarts=2, sidecar={"restartCount": 5})
+    raw["spec"]["containers"].reverse()
+    view = parse_pod(raw)
+    assert (view.restarts, view.sidecar_restarts) == (2, {"fluent-bit": 5})
+
+
+def test_a_pod_without_statuses_yet() -> None:
+    raw = pod("ps", 0)
+    del raw["status"]["containerStatuses"]
+    view = parse_pod(raw)
+    assert (view.restarts, view.sidecar_restarts, view.terminated) == (0, {}, None)
