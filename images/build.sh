@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Builds the operator and trainer images on a machine that reaches no container registry: a Debian
+# base made here with mmdebstrap (reused while its inputs are unchanged), then both Dockerfiles on
+# it, with the host's CA bundle as a BuildKit secret (for a TLS-intercepting proxy in front of PyPI).
+#   images/build.sh         build (or reuse) the base and both images
+#   images/build.sh save    the same, then `docker save` each image into the cache and print the
+#                           archive paths on stdout, for `ctr -n k8s.io images import <path>`
+# Progress goes to stderr, ending with a table of each step's seconds and each image's size.
+# Environment: PSOPERATOR_CACHE (~/.cache/psoperator), PSOPERATOR_OPERATOR_IMAGE and
+# PSOPERATOR_TRAINER_IMAGE (the tags), PSOPERATOR_TENSORFLOW (the pip requirement installed in the
+# trainer, whose base has none), PSOPERATOR_CACERT (the CA bundle given as secret), DOCKER.
+set -euo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+
+# The image names e2e/real reads from the same variables.
+OPERATOR_IMAGE=${PSOPERATOR_OPERATOR_IMAGE:-ps-training-operator:dev}
+TRAINER_IMAGE=${PSOPERATOR_TRAINER_IMAGE:-ps-training-operator/trainer:dev}
+TENSORFLOW=${PSOPERATOR_TENSORFLOW:-tensorflow-cpu==2.21.0}
+CACERT=${PSOPERATOR_CACERT:-/etc/ssl/certs/ca-certificates.crt}
+CACHE=${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}/images
+# A docker client newer than the daemon and without the buildx plugin cannot build with BuildKit;
+# the distribution's client, when there is one, matches the distribution's daemon.
+if [ -z "${DOCKER:-}" ]; then
+  if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER=docker; fi
+fi
+
+# The base: Debian with Python 3.11, its venv module and pip (the Dockerfiles install into a venv,
+# since Debian's Python is externally managed), without documentation. Its tag is a hash of
+# everything that makes it, so a change here makes a new base and an unchanged one is reused.
+MMDEBSTRAP_ARGS=(
+  --variant=minbase --format=tar
+  --include=python3,python3-venv,python3-pip,ca-certificates
+  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+  bookworm
+)
+# docker import sets no PATH: without one, the Dockerfiles' PATH=/opt/venv/bin:$PATH would hide /bin.
+IMPORT_CHANGES=(
+  'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+  'ENV LANG=C.UTF-8'
+  'CMD ["python3"]'
+)
+BASE_KEY=$(printf '%s\n' "${MMDEBSTRAP_ARGS[@]}" "${IMPORT_CHANGES[@]}" | sha256sum | cut -c1-12)
+BASE_IMAGE=psoperator/base:bookworm-$BASE_KEY
+BASE_TAR=$CACHE/base-bookworm-$BASE_KEY.tar
+
+log() { printf '[images/build.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+STEPS=()
+SECONDS_TAKEN=()
+# timed NAME COMMAND...: runs COMMAND and records its wall time under NAME for the final table.
+timed() {
+  local name=$1 start=$EPOCHREALTIME
+  shift
+  "$@"
+  STEPS+=("$name")
+  SECONDS_TAKEN+=("$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')")
+}
+
+make_base() {
+  if "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    log "reusing $BASE_IMAGE"
+    return
+  fi
+  if [ ! -s "$BASE_TAR" ]; then
+    if ! command -v mmdebstrap >/dev/null; then
+      log "installing mmdebstrap"
+      apt-get update -qq >&2
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >&2
+    fi
+    log "mmdebstrap bookworm into $BASE_TAR (a minute or two)"
+    trap 'rm -f "$BASE_TAR.part"' EXIT
+    mmdebstrap "${MMDEBSTRAP_ARGS[@]}" "$BASE_TAR.part" >&2
+    mv "$BASE_TAR.part" "$BASE_TAR"
+    trap - EXIT
+  fi
+  log "importing $BASE_TAR as $BASE_IMAGE"
+  local change=()
+  for c in "${IMPORT_CHANGES[@]}"; do change+=(--change "$c"); done
+  "$DOCKER" import "${change[@]}" "$BASE_TAR" "$BASE_IMAGE" >&2
+}
+
+# build_image TAG DOCKERFILE [BUILD ARGS...]: the daemon runs with no bridge, hence --network=host.
+build_image() {
+  local tag=$1 dockerfile=$2
+  shift 2
+  local secret=()
+  if [ -r "$CACERT" ]; then secret=(--secret "id=cacert,src=$CACERT"); fi
+  log "building $tag from $dockerfile"
+  DOCKER_BUILDKIT=1 "$DOCKER" build --network=host --progress=plain "${secret[@]}" "$@" \
+    -f "$dockerfile" -t "$tag" . >&2
+}
+
+ARCHIVES=()
+# save_image TAG: a docker archive in the cache, rewritten only when the image changed.
+save_image() {
+  local tag=$1 id archive
+  archive=$CACHE/$(printf '%s' "$tag" | tr '/:' '__').tar
+  id=$("$DOCKER" image inspect -f '{{.Id}}' "$tag")
+  if [ -s "$archive" ] && [ "$(cat "$archive.id" 2>/dev/null)" = "$id" ]; then
+    log "reusing $archive"
+  else
+    log "saving $tag to $archive"
+    "$DOCKER" save -o "$archive.part" "$tag"
+    mv "$archive.part" "$archive"
+    printf '%s\n' "$id" >"$archive.id"
+  fi
+  ARCHIVES+=("$archive")
+}
+
+megabytes() { awk -v b="$1" 'BEGIN { printf "%.0f MB", b / 1e6 }'; }
+
+report() {
+  {
+    printf '\n%-60s %10s\n' step seconds
+    for i in "${!STEPS[@]}"; do printf '%-60s %10s\n' "${STEPS[$i]}" "${SECONDS_TAKEN[$i]}"; done
+    printf '\n%-60s %10s\n' image size
+    for tag in "$BASE_IMAGE" "$OPERATOR_IMAGE" "$TRAINER_IMAGE"; do
+      printf '%-60s %10s\n' "$tag" "$(megabytes "$("$DOCKER" image inspect -f '{{.Size}}' "$tag")")"
+    done
+    for archive in "${ARCHIVES[@]}"; do
+      printf '%-60s %10s\n' "${archive/#$HOME/\~}" "$(megabytes "$(stat -c %s "$archive")")"
+    done
+  } >&2
+}
+
+case ${1:-build} in
+  build | save) ;;
+  *)
+    echo "usage: $0 [build|save]" >&2
+    exit 2
+    ;;
+esac
+
+# One run at a time (the demo and the tests call this too): they would share the base's tarball.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/build.lock"
+flock 9
+
+timed "base $BASE_IMAGE" make_base
+timed "operator $OPERATOR_IMAGE" build_image "$OPERATOR_IMAGE" Dockerfile \
+  --build-arg "PYTHON_IMAGE=$BASE_IMAGE"
+timed "trainer $TRAINER_IMAGE" build_image "$TRAINER_IMAGE" images/trainer/Dockerfile \
+  --build-arg "TF_IMAGE=$BASE_IMAGE" --build-arg "TENSORFLOW=$TENSORFLOW"
+if [ "${1:-build}" = save ]; then
+  timed "save $OPERATOR_IMAGE" save_image "$OPERATOR_IMAGE"
+  timed "save $TRAINER_IMAGE" save_image "$TRAINER_IMAGE"
+fi
+report
+if [ "${#ARCHIVES[@]}" -gt 0 ]; then printf '%s\n' "${ARCHIVES[@]}"; fi
