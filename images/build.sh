@@ -134,6 +134,9 @@ case ${1:-build} in
     ;;
 esac
 
+# A Docker daemon (Debian's dockerd, started if none answers).
+e2e/cluster/dockerd.sh
+
 # One run at a time (the demo and the tests call this too): they would share the base's tarball.
 mkdir -p "$CACHE"
 exec 9>"$CACHE/build.lock"
