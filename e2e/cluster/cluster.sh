@@ -2,21 +2,28 @@
 # The local control plane for e2e tests: real kube-apiserver, kube-controller-manager, kube-scheduler
 # and etcd run by kwokctl's binary runtime, with KWOK simulating nodes and pod lifecycles.
 #
-#   cluster.sh build        build the binaries into the cache (idempotent)
-#   cluster.sh up           build what is missing, create or start the cluster, add the simulated
-#                           nodes; prints the kubeconfig path on stdout (progress goes to stderr)
-#   cluster.sh down         delete the cluster; no process or port is left behind
-#   cluster.sh kubeconfig   print the kubeconfig path
-#   cluster.sh config       write and print the kwokctl configuration (binaries, network, stages)
+#   cluster.sh build [--real]       build the binaries into the cache (idempotent)
+#   cluster.sh up [--real]          build what is missing, create or start the cluster, add its
+#                                   nodes; prints the kubeconfig path on stdout (progress on stderr)
+#   cluster.sh down [--real]        delete the cluster; no process or port is left behind
+#   cluster.sh kubeconfig [--real]  print the kubeconfig path
+#   cluster.sh config [--real]      write and print the kwokctl configuration
 #
-# Everything lives under ${PSOPERATOR_CACHE:-~/.cache/psoperator}; the cluster is named
-# ${PSOPERATOR_CLUSTER:-psoperator}. Nothing is downloaded: kwokctl gets a local path for every binary.
+# Without --real the nodes are KWOK's (simulated: hundreds of pods, injected kubelet states). With
+# --real the same control plane gets one real node instead (realnode.sh: kubelet, containerd, runc,
+# CNI bridge, kube-proxy, CoreDNS), whose pods run real containers; no kwok-controller runs.
+#
+# Everything lives under ${PSOPERATOR_CACHE:-~/.cache/psoperator}; the clusters are named
+# ${PSOPERATOR_CLUSTER:-psoperator} and psoperator-real. Nothing is downloaded: kwokctl gets a local
+# path for every binary.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
-NAME="${PSOPERATOR_CLUSTER:-psoperator}"
+REAL=false
+if [ "${2:-}" = --real ]; then REAL=true; fi
+if $REAL; then NAME=psoperator-real; else NAME="${PSOPERATOR_CLUSTER:-psoperator}"; fi
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
@@ -46,8 +53,11 @@ NODES=(
 
 render_config() {
   mkdir -p "$(dirname "$CONFIG")"
-  {
-    cat <<EOF
+  if $REAL; then render_real_config; else render_kwok_config; fi > "$CONFIG"
+}
+
+kwokctl_options() {  # the binaries: the same for both clusters
+  cat <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
@@ -58,9 +68,6 @@ options:
   etcdVersion: ${ETCD_VERSION#v}
   kubeAuthorization: true
   kubeAdmission: true
-  # Scales node-monitor period/grace and the node lease (10s/80s/80s): NotReady is noticed quickly,
-  # yet a busy 2-core machine does not lose its simulated nodes.
-  heartbeatFactor: 2
   cacheDir: $KWOK_WORKDIR/cache
   kubeApiserverBinary: $BIN/kube-apiserver
   kubeControllerManagerBinary: $BIN/kube-controller-manager
@@ -71,6 +78,15 @@ options:
   # Not built; pointing at local paths means kwokctl errors instead of downloading.
   etcdctlBinary: $BIN/etcdctl
   etcdutlBinary: $BIN/etcdutl
+EOF
+}
+
+render_kwok_config() {
+  kwokctl_options
+  cat <<EOF
+  # Scales node-monitor period/grace and the node lease (10s/80s/80s): NotReady is noticed quickly,
+  # yet a busy 2-core machine does not lose its simulated nodes.
+  heartbeatFactor: 2
 ---
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
@@ -84,11 +100,37 @@ options:
   podsOnNodeSyncParallelism: 1
   enablePodsOnNodeSyncListPager: true
 EOF
-    cat "$HERE/kwok-stages.yaml"
-  } > "$CONFIG"
+  cat "$HERE/kwok-stages.yaml"
 }
 
-config_hash() { { cat "$CONFIG"; printf '%s\n' "${NODES[@]}"; } | sha256sum | cut -d' ' -f1; }
+# Pods reach the API server through the kubernetes Service (kube-proxy translates 10.233.0.1:443
+# to the advertised 10.232.0.1, this host's address on the pods' bridge), so it listens beyond
+# loopback and its certificate names both addresses. The kubelet authenticates the API server's
+# client certificate (logs, exec) against the cluster CA.
+render_real_config() {
+  kwokctl_options
+  cat <<EOF
+  disable: [kwok-controller]
+  kubeApiserverCertSANs: [10.232.0.1, 10.233.0.1]
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - {key: bind-address, value: 0.0.0.0, override: true}
+  - {key: advertise-address, value: 10.232.0.1}
+  - {key: service-cluster-ip-range, value: 10.233.0.0/24}
+  - {key: kubelet-client-certificate, value: $WORKDIR/pki/admin.crt}
+  - {key: kubelet-client-key, value: $WORKDIR/pki/admin.key}
+  - {key: kubelet-preferred-address-types, value: InternalIP}
+- name: kube-controller-manager
+  extraArgs:
+  - {key: service-cluster-ip-range, value: 10.233.0.0/24}
+EOF
+}
+
+# The real node's setup is part of the real cluster's configuration.
+config_hash() {
+  { cat "$CONFIG"; if $REAL; then cat "$HERE/realnode.sh"; fi; printf '%s\n' "${NODES[@]}"; } | sha256sum | cut -d' ' -f1
+}
 
 api_ready() { [ -f "$KUBECONFIG_PATH" ] && kctl get --raw /readyz >/dev/null 2>&1; }
 
@@ -190,6 +232,7 @@ ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep -q
 
 delete_cluster() {
   local pids pid deadline
+  if $REAL; then "$HERE/realnode.sh" down; fi
   pids=$(cluster_pids)
   # kwokctl SIGKILLs each component by pid file, but gives up at the first one it cannot stop
   # (e.g. one that already died), so whatever is left is killed here.
@@ -206,6 +249,7 @@ delete_cluster() {
 
 cmd_up() {
   "$HERE/build.sh" >&2
+  if $REAL; then "$HERE/realnode.sh" network; fi
   render_config
   local want
   want=$(config_hash)
@@ -231,8 +275,12 @@ cmd_up() {
   fi
   wait_for 120 "the API server of $NAME" api_ready
   wait_for 60 "the default service account" kctl get serviceaccount default -n default -o name >/dev/null
-  create_nodes
-  wait_for 60 "the simulated nodes to be Ready" nodes_ready
+  if $REAL; then
+    "$HERE/realnode.sh" up "$KUBECONFIG_PATH" "$WORKDIR/pki"
+  else
+    create_nodes
+    wait_for 60 "the simulated nodes to be Ready" nodes_ready
+  fi
   log "cluster $NAME: ready ($(kctl get nodes --no-headers | wc -l) nodes)"
   echo "$KUBECONFIG_PATH"
 }
@@ -264,5 +312,5 @@ case "${1:-}" in
     echo "$KUBECONFIG_PATH"
     [ -f "$KUBECONFIG_PATH" ] || { log "cluster $NAME is not up (run: $0 up)"; exit 1; }
     ;;
-  *) echo "usage: $0 build|up|down|kubeconfig|config" >&2; exit 2 ;;
+  *) echo "usage: $0 build|up|down|kubeconfig|config [--real]" >&2; exit 2 ;;
 esac
