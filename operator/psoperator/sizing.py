@@ -391,7 +391,8 @@ class _Layout:
     def fewest_ps(self, ps_memory_bytes: int) -> int:
         """The fewest PS whose rounded memory request fits ps_memory_bytes."""
         memory = format_quantity(ps_memory_bytes)
-        if round_up_request(self.need(0)) > ps_memory_bytes:
+        # Memory that only just holds the runtime holds no parameters either.
+        if round_up_request(self.need(0)) >= ps_memory_bytes:
             raise DoesNotFit(
                 f"a PS needs {human_bytes(self.runtime_overhead_bytes)} for the TensorFlow runtime "
                 f"alone, more than {memory}"

@@ -285,6 +285,16 @@ def test_does_not_fit() -> None:
         plan_ps(hints(table("users", 10**10, 128), max_shard_bytes=2**20), ps_memory_bytes=2 * GiB)
     with pytest.raises(DoesNotFit, match="runtime"):
         plan_ps(ModelHints(parameters=10), ps_memory_bytes=2**20)
+    # Exactly the runtime's own memory leaves nothing for the parameters (found on a real cluster:
+    # a PS of 512Mi divided by zero and crashed every reconcile of the job).
+    with pytest.raises(DoesNotFit, match="runtime"):
+        plan_ps(ModelHints(parameters=10), ps_memory_bytes=512 * 2**20)
+
+
+def test_a_ps_with_only_the_runtimes_memory_is_a_warning_not_a_crash() -> None:
+    example_model = {"parameters": 1_600_000, "bytesPerParameter": 4, "optimizer": "adam"}
+    verdict = check_ps_memory(job_spec(example_model, ps_replicas=2, containers=[ps_container(request="512Mi")]))
+    assert verdict.level is SizingLevel.WARNING and verdict.reason == "PSMemoryUndersized", verdict
 
 
 def test_plan_rejects_bad_input() -> None:
