@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
+from psoperator.vocabulary import Phase
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
@@ -237,9 +238,6 @@ class _Status(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
 
-Phase = Literal["Pending", "Creating", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-
-
 class Condition(_Status):
     type: str = Field(..., description="Created, Running, Restarting, Succeeded, Failed, Suspended, ...")
     status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
@@ -294,7 +292,7 @@ class Tracking(_Status):
 
 class PSTrainingJobStatus(_Status):
     phase: Phase = Field(
-        "Pending", description="Pending, Creating, Running, Restarting, Succeeded, Failed or Suspended."
+        Phase.PENDING, description="Pending, Creating, Running, Restarting, Succeeded, Failed or Suspended."
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Latest observations of the job's state, one per type."
