@@ -224,6 +224,15 @@ class Observed:
             (p for p in self.pods if p.role is role), key=lambda p: (p.index is None, p.index, p.name)
         )
 
+    def running(self, role: Role) -> list[PodView]:
+        """The role's pods that run and are not going away."""
+        return [p for p in self.role_pods(role) if p.running]
+
+    def current_chief_job(self, attempt: int) -> JobView | None:
+        """The chief Job of this attempt (being deleted or not); None while only an older one exists."""
+        job = self.chief_job
+        return job if job is not None and job.attempt == attempt else None
+
     def chief_pod(self, attempt: int) -> PodView | None:
         """The newest live pod of the chief's current attempt."""
         pods = [p for p in self.role_pods(Role.CHIEF) if p.attempt == attempt]

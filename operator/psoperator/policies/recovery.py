@@ -76,6 +76,8 @@ class RecoveryDecision:
     message: str = ""
     failure: Failure | None = None
     counted: bool = False
+    # Restarts counted against failurePolicy.maxRestarts once this decision is carried out.
+    counted_restarts: int = 0
     # Worker (and other tolerated) failures seen in this reconcile, recorded whatever the action.
     recorded: list[Failure] = field(default_factory=list)
 
@@ -214,6 +216,11 @@ def made_progress(status: PSTrainingJobStatus) -> bool:
     return status.restart_checkpoint_step is None or status.checkpoint.step > status.restart_checkpoint_step
 
 
+def restart_budget_used(status: PSTrainingJobStatus, counted: bool) -> int:
+    """Counted restarts after one more restart: a newer checkpoint since the last one starts afresh."""
+    return (0 if made_progress(status) else status.counted_restarts) + (1 if counted else 0)
+
+
 def _restart(
     spec: PSTrainingJobSpec,
     status: PSTrainingJobStatus,
@@ -222,7 +229,7 @@ def _restart(
     recorded: list[Failure],
 ) -> RecoveryDecision:
     counted = not failure.disruption and not made_progress(status)
-    budget_used = (0 if made_progress(status) else status.counted_restarts) + (1 if counted else 0)
+    budget_used = restart_budget_used(status, counted)
     if budget_used > spec.failure_policy.max_restarts:
         return RecoveryDecision(
             RecoveryAction.FAIL,
@@ -240,6 +247,7 @@ def _restart(
         f"{failure.describe()}; {what} ({budget})",
         failure,
         counted=counted,
+        counted_restarts=budget_used,
         recorded=recorded,
     )
 
@@ -254,8 +262,8 @@ def decide(
     # Tolerated: recorded whatever the action. A sidecar's restart is the kubelet's business.
     tolerated = [f for f in failures if f.role is Role.WORKER or f.sidecar]
     ps_failures = [f for f in failures if f.role is Role.PS and not f.sidecar]
-    job = observed.chief_job
-    current = job is not None and job.attempt == status.restarts and not job.deleting
+    job = observed.current_chief_job(status.restarts)
+    current = job is not None and not job.deleting
     chief = observed.chief_pod(status.restarts)
     grace = spec.failure_policy.startup_error_grace_seconds
 
@@ -324,8 +332,7 @@ def next_tracking(
     pods = {p.name: track_entry(p) for p in live}
     if restarted:
         return Tracking(psEstablished=False, pods=pods)
-    ps_running = sum(1 for p in observed.role_pods(Role.PS) if p.running)
-    chief_job = observed.chief_job
-    current = chief_job is not None and chief_job.attempt == status.restarts
-    established = status.tracking.ps_established or (ps_running == ps_replicas and current)
+    current = observed.current_chief_job(status.restarts) is not None
+    all_ps_run = len(observed.running(Role.PS)) == ps_replicas
+    established = status.tracking.ps_established or (all_ps_run and current)
     return Tracking(psEstablished=established, pods=pods)
