@@ -387,3 +387,19 @@ def test_the_reconcile_that_ends_the_job_recreates_nothing_either() -> None:
         NOW,
     )
     assert plan.status["phase"] == "Failed" and not plan.create_missing
+
+
+def test_a_chief_that_exits_1_because_its_ps_was_oom_killed_restarts_with_the_ps_as_the_cause() -> None:
+    chief = pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 1, "reason": "Error"})
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    pods = [chief, pod("ps", 0, restarts=1, last_terminated=oom), *BASE[2:]]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running", tracking=tracking_of(BASE)),
+        observed(pods, chief_job(failed="PodFailurePolicy")),
+        None,
+        NOW,
+    )
+    assert plan.restarted and plan.status["phase"] == "Restarting"
+    assert (plan.status["lastFailure"]["role"], plan.status["lastFailure"]["reason"]) == ("ps", "OOMKilled")
+    assert [e.reason for e in plan.events] == ["ChiefFailed", "ParameterServerLost"]
+    assert sorted(plan.failures) == [("chief", "Error"), ("ps", "OOMKilled")]

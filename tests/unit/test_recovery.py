@@ -301,3 +301,16 @@ def test_tracking_entries_from_before_sidecars_were_tracked_are_understood() -> 
     """An entry `uid/restarts` (older operator, restarts of every container): no failure is invented."""
     current = parse_pod(pod("ps", 0, restarts=1, sidecar={"restartCount": 2}))
     assert classify_pod_failure(f"{current.uid}/3", current) is None
+
+
+@pytest.mark.parametrize("code,job_reason", [(1, "PodFailurePolicy"), (138, "BackoffLimitExceeded")])
+def test_a_chief_failure_with_a_ps_loss_is_explained_by_it(code: int, job_reason: str) -> None:
+    """The PS is the cause: restart (not fail on the chief's permanent code), and record both."""
+    chief = pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": code, "reason": "Error"})
+    pods = [chief, *_with("ps", 1, restarts=1, last_terminated=OOM)[1:]]
+    decision = decide(_spec(), _status(tracking=TRACKED), observed(pods, chief_job(failed=job_reason)), NOW)
+    assert decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT
+    assert decision.reason == "ParameterServerLost" and decision.failure is not None
+    assert (decision.failure.role.value, decision.failure.reason) == ("ps", "OOMKilled")
+    assert [(f.role.value, f.exit_code) for f in decision.recorded] == [("chief", code)]
+    assert f"exit code {code}" in decision.message

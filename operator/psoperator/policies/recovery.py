@@ -9,6 +9,7 @@ correct recovery is to restart the chief, which restores every variable from the
 | worker failed, evicted, deleted, restarted in place   | RECORD (StatefulSet heals) | no               |
 | a sidecar of a PS or worker restarted in place       | RECORD (kubelet heals)    | no               |
 | PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
+| chief failed in the same reconcile as a PS loss       | RESTART (the PS the cause) | as the PS loss   |
 | chief exited with a retryable code                    | RESTART_FROM_CHECKPOINT   | yes*             |
 | chief exited with a permanent code / cannot start     | FAIL                      |                  |
 | restarts exhausted                                    | FAIL                      |                  |
@@ -16,12 +17,14 @@ correct recovery is to restart the chief, which restores every variable from the
 (*) unless a newer checkpoint was written since the previous restart: progress resets the budget.
 Only the training container's exit codes and restarts count (observe.py finds it by name); a
 sidecar's restart leaves the task's variables where they were.
-Every function here is pure: observed state and the job's status in, a decision out.
+Every function here is pure: observed state and the job's status in, a decision out. README.md's
+"Recovery" section has the same matrix with the reason each row gives; `RULES` apply it in order.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -227,6 +230,7 @@ def _restart(
     failure: Failure,
     reason: str,
     recorded: list[Failure],
+    note: str = "",
 ) -> RecoveryDecision:
     counted = not failure.disruption and not made_progress(status)
     budget_used = restart_budget_used(status, counted)
@@ -235,7 +239,7 @@ def _restart(
             RecoveryAction.FAIL,
             "RestartsExhausted",
             f"{failure.describe()}; {status.counted_restarts} restarts without a newer checkpoint "
-            f"already, failurePolicy.maxRestarts is {spec.failure_policy.max_restarts}",
+            f"already, failurePolicy.maxRestarts is {spec.failure_policy.max_restarts}{note}",
             failure,
             recorded=recorded,
         )
@@ -244,7 +248,7 @@ def _restart(
     return RecoveryDecision(
         RecoveryAction.RESTART_FROM_CHECKPOINT,
         reason,
-        f"{failure.describe()}; {what} ({budget})",
+        f"{failure.describe()}; {what} ({budget}){note}",
         failure,
         counted=counted,
         counted_restarts=budget_used,
@@ -252,60 +256,108 @@ def _restart(
     )
 
 
+@dataclass(frozen=True)
+class Situation:
+    """What one reconcile found, sorted by what the recovery rules do with it."""
+
+    spec: PSTrainingJobSpec
+    status: PSTrainingJobStatus
+    observed: Observed
+    now: datetime
+    tolerated: list[Failure]  # workers' and sidecars': recorded whatever the action
+    ps: list[Failure]  # parameter servers lost
+    chief: Failure | None  # the current attempt's chief Job failed, as its pod tells why
+    chief_job_live: bool  # the current attempt's chief Job exists and is not going away
+
+
+def situation(
+    spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
+) -> Situation:
+    failures = detect_failures(
+        status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER), observed.departed
+    )
+    job = observed.current_chief_job(status.restarts)
+    live = job is not None and not job.deleting
+    chief = None
+    if live and job is not None and job.failed:
+        chief = _chief_failure(observed.chief_pod(status.restarts), job.failure_reason, job.failure_message)
+    return Situation(
+        spec,
+        status,
+        observed,
+        now,
+        tolerated=[f for f in failures if f.role is Role.WORKER or f.sidecar],
+        ps=[f for f in failures if f.role is Role.PS and not f.sidecar],
+        chief=chief,
+        chief_job_live=live,
+    )
+
+
+def _startup_error(s: Situation) -> RecoveryDecision | None:
+    """A pod that cannot start for longer than the grace period fails the job."""
+    grace = s.spec.failure_policy.startup_error_grace_seconds
+    chief = s.observed.chief_pod(s.status.restarts)
+    for pod in [chief, *s.observed.role_pods(Role.PS), *s.observed.role_pods(Role.WORKER)]:
+        stuck = startup_error(pod, s.now, grace) if pod is not None else None
+        if stuck is not None:
+            message = f"{stuck.describe()}; failing after {grace}s"
+            return RecoveryDecision(RecoveryAction.FAIL, "StartupError", message, stuck, recorded=s.tolerated)
+    return None
+
+
+def _ps_lost(s: Situation) -> RecoveryDecision | None:
+    """A lost PS took its variables: restart the chief. It is also the cause of a chief that failed in
+    the same reconcile (138 for a peer that vanished, or 1 from code that did not expect it): that
+    chief is recorded, and its permanent exit code does not fail the job."""
+    established = s.status.tracking.ps_established or s.chief is not None
+    if not (s.ps and s.chief_job_live and established):
+        return None
+    recorded = s.tolerated + s.ps[1:]
+    note = ""
+    if s.chief is not None:
+        recorded.append(s.chief)
+        note = f"; the chief's failure follows from it: {s.chief.describe()}"
+    return _restart(s.spec, s.status, s.ps[0], "ParameterServerLost", recorded, note)
+
+
+def _chief_failed(s: Situation) -> RecoveryDecision | None:
+    if s.chief is None:
+        return None
+    job = s.observed.chief_job
+    fail_job = job is not None and job.failure_reason == "PodFailurePolicy"
+    if s.chief.exit_code in s.spec.failure_policy.permanent_exit_codes or fail_job:
+        message = f"{s.chief.describe()}; the exit code is in failurePolicy.permanentExitCodes"
+        return RecoveryDecision(
+            RecoveryAction.FAIL, "PermanentExitCode", message, s.chief, recorded=s.tolerated
+        )
+    return _restart(s.spec, s.status, s.chief, "ChiefFailed", s.tolerated)
+
+
+def _record_only(s: Situation) -> RecoveryDecision:
+    """Nothing to act on: what failed is told, and the StatefulSets or the kubelet heal it."""
+    recorded = s.tolerated + s.ps
+    if not recorded:
+        return RecoveryDecision(RecoveryAction.NONE)
+    message = "; ".join(f.describe() for f in recorded)
+    return RecoveryDecision(
+        RecoveryAction.RECORD, _record_reason(recorded), message, recorded[0], recorded=recorded
+    )
+
+
+# The first rule that decides wins; the order is the recovery matrix's, read top to bottom.
+RULES: tuple[Callable[[Situation], RecoveryDecision | None], ...] = (_startup_error, _ps_lost, _chief_failed)
+
+
 def decide(
     spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
 ) -> RecoveryDecision:
     """The recovery decision for a job that is neither finished nor suspended."""
-    failures = detect_failures(
-        status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER), observed.departed
-    )
-    # Tolerated: recorded whatever the action. A sidecar's restart is the kubelet's business.
-    tolerated = [f for f in failures if f.role is Role.WORKER or f.sidecar]
-    ps_failures = [f for f in failures if f.role is Role.PS and not f.sidecar]
-    job = observed.current_chief_job(status.restarts)
-    current = job is not None and not job.deleting
-    chief = observed.chief_pod(status.restarts)
-    grace = spec.failure_policy.startup_error_grace_seconds
-
-    for pod in [chief, *observed.role_pods(Role.PS), *observed.role_pods(Role.WORKER)]:
-        stuck = startup_error(pod, now, grace) if pod is not None else None
-        if stuck is not None:
-            return RecoveryDecision(
-                RecoveryAction.FAIL,
-                "StartupError",
-                f"{stuck.describe()}; failing after {grace}s",
-                stuck,
-                recorded=tolerated,
-            )
-
-    if current and job is not None and job.failed:
-        failure = _chief_failure(chief, job.failure_reason, job.failure_message)
-        if (
-            failure.exit_code in spec.failure_policy.permanent_exit_codes
-            or job.failure_reason == "PodFailurePolicy"
-        ):
-            return RecoveryDecision(
-                RecoveryAction.FAIL,
-                "PermanentExitCode",
-                f"{failure.describe()}; the exit code is in failurePolicy.permanentExitCodes",
-                failure,
-                recorded=tolerated,
-            )
-        return _restart(spec, status, failure, "ChiefFailed", tolerated)
-
-    if ps_failures and current and status.tracking.ps_established:
-        return _restart(spec, status, ps_failures[0], "ParameterServerLost", tolerated + ps_failures[1:])
-
-    recorded = tolerated + ps_failures
-    if recorded:
-        return RecoveryDecision(
-            RecoveryAction.RECORD,
-            _record_reason(recorded),
-            "; ".join(f.describe() for f in recorded),
-            recorded[0],
-            recorded=recorded,
-        )
-    return RecoveryDecision(RecoveryAction.NONE)
+    s = situation(spec, status, observed, now)
+    for rule in RULES:
+        decision = rule(s)
+        if decision is not None:
+            return decision
+    return _record_only(s)
 
 
 def _record_reason(recorded: list[Failure]) -> str:
