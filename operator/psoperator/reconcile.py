@@ -26,7 +26,7 @@ from psoperator.draft import Draft, Event, ReconcilePlan
 from psoperator.observe import Observed
 from psoperator.policies import deadline, recovery, stall, success, ttl
 from psoperator.policies.recovery import Failure, RecoveryAction, RecoveryDecision
-from psoperator.sizing import SizingLevel, check_ps_memory, suggestion_for_oom
+from psoperator.sizing import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
 from psoperator.timeutil import format_time
 from psoperator.vocabulary import FINISHED_PHASES, ConditionType, Phase
@@ -118,7 +118,7 @@ def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """The recovery policy's decision, carried out on the draft (progress already merged in, so a
     chief that wrote a checkpoint and then failed made progress)."""
     decision = recovery.decide(spec, d.status, d.observed, d.now)
-    _record_failures(spec, d, decision)
+    _record_failures(d, decision)
     if decision.action is RecoveryAction.FAIL:
         return _end(spec, d, Phase.FAILED, decision.reason, decision.message, stop=True)
     if decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT:
@@ -133,7 +133,7 @@ def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
     return GO_ON
 
 
-def _record_failures(spec: PSTrainingJobSpec, d: Draft, decision: RecoveryDecision) -> None:
+def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
     """Every failure seen goes to the metrics; tolerated ones get an event; the cause goes to lastFailure."""
     seen = list(decision.recorded)
     if decision.failure is not None and decision.failure not in seen:
@@ -141,7 +141,7 @@ def _record_failures(spec: PSTrainingJobSpec, d: Draft, decision: RecoveryDecisi
     d.failures.extend((f.role.value, f.reason) for f in seen)
     d.events.extend(_recorded_event(failure) for failure in decision.recorded)
     if decision.failure is not None:
-        d.status.last_failure = _record(decision.failure, d.stamp, suggestion_for_oom(spec))
+        d.status.last_failure = _record(decision.failure, d.stamp)
 
 
 def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -261,17 +261,14 @@ def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, 
         )
 
 
-def _record(failure: Failure, now: str, suggestion: str | None = None) -> FailureRecord:
-    message = failure.message
-    if suggestion and failure.role is Role.PS and failure.reason == "OOMKilled":
-        message = f"{message}; {suggestion}".strip("; ")
+def _record(failure: Failure, now: str) -> FailureRecord:
     return FailureRecord(
         role=failure.role.value,
         index=failure.index,
         pod=failure.pod or None,
         exitCode=failure.exit_code,
         reason=failure.reason,
-        message=message,
+        message=failure.message,
         time=now,
     )
 

@@ -403,3 +403,28 @@ def test_a_chief_that_exits_1_because_its_ps_was_oom_killed_restarts_with_the_ps
     assert (plan.status["lastFailure"]["role"], plan.status["lastFailure"]["reason"]) == ("ps", "OOMKilled")
     assert [e.reason for e in plan.events] == ["ChiefFailed", "ParameterServerLost"]
     assert sorted(plan.failures) == [("chief", "Error"), ("ps", "OOMKilled")]
+
+
+def test_the_planners_figure_for_an_oom_killed_ps_reaches_the_status_and_the_event() -> None:
+    model = {"parameters": 4_000_000_000, "optimizer": "adam"}
+    small_ps = {
+        "replicas": 2,
+        "template": {
+            "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"memory": "1Gi"}}}]}
+        },
+    }
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    pods = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, restarts=1, last_terminated=oom)
+        for p in BASE
+    ]
+    plan = plan_reconcile(
+        with_status(job(model=model, ps=small_ps), phase="Running", tracking=tracking_of(BASE)),
+        observed(pods, chief_job()),
+        None,
+        NOW,
+    )
+    figure = "the planner estimates 28.4 GiB per PS for 2 PS"
+    assert figure in plan.status["lastFailure"]["message"]
+    [restart] = [e for e in plan.events if e.reason == "ParameterServerLost"]
+    assert figure in restart.message

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.contract import Role
 from psoperator.observe import START_ERRORS, Observed, PodView, Termination
+from psoperator.sizing import suggestion_for_oom
 from psoperator.timeutil import parse_time
 
 
@@ -281,16 +282,24 @@ def situation(
     chief = None
     if live and job is not None and job.failed:
         chief = _chief_failure(observed.chief_pod(status.restarts), job.failure_reason, job.failure_message)
+    ps = [_with_oom_advice(spec, f) for f in failures if f.role is Role.PS and not f.sidecar]
     return Situation(
         spec,
         status,
         observed,
         now,
         tolerated=[f for f in failures if f.role is Role.WORKER or f.sidecar],
-        ps=[f for f in failures if f.role is Role.PS and not f.sidecar],
+        ps=ps,
         chief=chief,
         chief_job_live=live,
     )
+
+
+def _with_oom_advice(spec: PSTrainingJobSpec, failure: Failure) -> Failure:
+    """An OOMKilled PS carries the planner's advice, so the event and lastFailure both show it."""
+    if failure.reason != "OOMKilled":
+        return failure
+    return replace(failure, message=f"{failure.message}; {suggestion_for_oom(spec)}".strip("; "))
 
 
 def _startup_error(s: Situation) -> RecoveryDecision | None:
