@@ -107,9 +107,20 @@ class FailurePolicy(_Model):
         alias="permanentExitCodes",
         max_length=255,
         description=(
-            "Chief exit codes that fail the job at once instead of restarting it (1 to 255). The "
-            "trainer runtime exits 1 for a bug in user code and 2 for bad configuration. A change "
-            "reaches the chief's Job, whose pod failure policy is immutable, at the next chief attempt."
+            "Chief exit codes that fail the job at once instead of restarting it (1 to 255); a "
+            "worker's too, per workerPermanentExit. The trainer runtime exits 1 for a bug in user "
+            "code and 2 for bad configuration. A change reaches the chief's Job, whose pod failure "
+            "policy is immutable, at the next chief attempt."
+        ),
+    )
+    worker_permanent_exit: Literal["FailJob", "Record"] = Field(
+        "FailJob",
+        alias="workerPermanentExit",
+        description=(
+            "What a worker that exits with a code in permanentExitCodes does to the job: FailJob "
+            "(a bug in user code comes back at every restart) or Record (only record it; the "
+            "StatefulSet restarts the worker). A parameter server lost in the same reconcile "
+            "explains the exit and wins."
         ),
     )
     stall_timeout_seconds: int | None = Field(

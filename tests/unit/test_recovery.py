@@ -314,3 +314,37 @@ def test_a_chief_failure_with_a_ps_loss_is_explained_by_it(code: int, job_reason
     assert (decision.failure.role.value, decision.failure.reason) == ("ps", "OOMKilled")
     assert [(f.role.value, f.exit_code) for f in decision.recorded] == [("chief", code)]
     assert f"exit code {code}" in decision.message
+
+
+BUG = {"exitCode": 1, "reason": "Error", "message": "ZeroDivisionError"}
+
+
+def test_a_worker_that_exits_with_a_permanent_code_fails_the_job() -> None:
+    pods = _with("worker", 1, restarts=1, last_terminated=BUG)
+    decision = decide(_spec(), _status(tracking=TRACKED), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "PermanentExitCode")
+    assert decision.failure is not None
+    assert (decision.failure.role.value, decision.failure.index, decision.failure.exit_code) == (
+        "worker",
+        1,
+        1,
+    )
+    assert "ZeroDivisionError" in decision.message
+
+
+def test_a_worker_permanent_code_is_only_recorded_when_the_policy_says_so() -> None:
+    pods = _with("worker", 1, restarts=1, last_terminated=BUG)
+    spec = _spec(failurePolicy={"workerPermanentExit": "Record"})
+    decision = decide(spec, _status(tracking=TRACKED), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.RECORD, "WorkerLost")
+
+
+def test_a_worker_that_exits_1_with_a_ps_loss_is_explained_by_it() -> None:
+    pods = [
+        p for p in _with("worker", 0, restarts=1, last_terminated=BUG) if p["metadata"]["name"] != "ctr-ps-0"
+    ]
+    decision = decide(_spec(), _status(tracking=TRACKED), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (
+        RecoveryAction.RESTART_FROM_CHECKPOINT,
+        "ParameterServerLost",
+    )

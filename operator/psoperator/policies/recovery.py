@@ -6,6 +6,7 @@ correct recovery is to restart the chief, which restores every variable from the
 
 | observed                                             | action                    | counted          |
 |------------------------------------------------------|---------------------------|------------------|
+| worker exited with a permanent code (workerPermanentExit: FailJob) | FAIL           |                  |
 | worker failed, evicted, deleted, restarted in place   | RECORD (StatefulSet heals) | no               |
 | a sidecar of a PS or worker restarted in place       | RECORD (kubelet heals)    | no               |
 | PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
@@ -329,16 +330,30 @@ def _ps_lost(s: Situation) -> RecoveryDecision | None:
     return _restart(s.spec, s.status, s.ps[0], "ParameterServerLost", recorded, note)
 
 
+def _permanent(failure: Failure, recorded: list[Failure]) -> RecoveryDecision:
+    message = f"{failure.describe()}; the exit code is in failurePolicy.permanentExitCodes"
+    return RecoveryDecision(RecoveryAction.FAIL, "PermanentExitCode", message, failure, recorded=recorded)
+
+
+def _worker_permanent_exit(s: Situation) -> RecoveryDecision | None:
+    """A bug in user code comes back at every restart of the worker: fail, as for the chief, unless
+    told only to record it or a PS loss in the same reconcile explains the exit."""
+    if s.spec.failure_policy.worker_permanent_exit != "FailJob" or s.ps:
+        return None
+    codes = s.spec.failure_policy.permanent_exit_codes
+    bug = next((f for f in s.tolerated if f.role is Role.WORKER and f.exit_code in codes), None)
+    if bug is None:
+        return None
+    return _permanent(bug, [f for f in s.tolerated if f is not bug])
+
+
 def _chief_failed(s: Situation) -> RecoveryDecision | None:
     if s.chief is None:
         return None
     job = s.observed.chief_job
     fail_job = job is not None and job.failure_reason == "PodFailurePolicy"
     if s.chief.exit_code in s.spec.failure_policy.permanent_exit_codes or fail_job:
-        message = f"{s.chief.describe()}; the exit code is in failurePolicy.permanentExitCodes"
-        return RecoveryDecision(
-            RecoveryAction.FAIL, "PermanentExitCode", message, s.chief, recorded=s.tolerated
-        )
+        return _permanent(s.chief, s.tolerated)
     return _restart(s.spec, s.status, s.chief, "ChiefFailed", s.tolerated)
 
 
@@ -354,7 +369,12 @@ def _record_only(s: Situation) -> RecoveryDecision:
 
 
 # The first rule that decides wins; the order is the recovery matrix's, read top to bottom.
-RULES: tuple[Callable[[Situation], RecoveryDecision | None], ...] = (_startup_error, _ps_lost, _chief_failed)
+RULES: tuple[Callable[[Situation], RecoveryDecision | None], ...] = (
+    _startup_error,
+    _ps_lost,
+    _worker_permanent_exit,
+    _chief_failed,
+)
 
 
 def decide(
