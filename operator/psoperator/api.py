@@ -142,7 +142,12 @@ class FailurePolicy(_Model):
         300,
         alias="startupErrorGraceSeconds",
         ge=0,
-        description=("How long an image pull or container config error may last before the job fails."),
+        description=(
+            "How long the chief or a parameter server may be unable to start (an image pull or "
+            "container config error) before the job fails, counted from when the operator first saw "
+            "the container's current waiting state, not from the pod's creation. A worker that "
+            "cannot start for this long is recorded; training goes on without it."
+        ),
     )
 
 
@@ -298,6 +303,16 @@ class Tracking(_Status):
     pods: dict[str, str] = Field(
         default_factory=dict,
         description=("Parameter server and worker pods, name to uid/trainer restarts/sidecar restarts."),
+    )
+    start_errors: dict[str, str] | None = Field(
+        None,
+        alias="startErrors",
+        description=(
+            "Pods whose container cannot start (image pull or container config errors), name to "
+            "uid/trainer restarts/first seen (RFC 3339), then /told once recorded. The API gives a "
+            "waiting state no time, so startupErrorGraceSeconds runs from when the operator first "
+            "saw it."
+        ),
     )
 
 

@@ -23,7 +23,7 @@ from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, P
 from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
 from psoperator.draft import Draft, Event, ReconcilePlan
-from psoperator.observe import Observed
+from psoperator.observe import START_ERRORS, Observed
 from psoperator.policies import deadline, recovery, stall, success, ttl
 from psoperator.policies.recovery import Failure, RecoveryAction, RecoveryDecision
 from psoperator.sizing import SizingLevel, check_ps_memory
@@ -147,6 +147,9 @@ def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
 def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """What to watch next time, and the per-role counts `kubectl get` shows."""
     d.status.tracking = recovery.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
+    grace = spec.failure_policy.startup_error_grace_seconds
+    stuck = recovery.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
+    d.status.tracking.start_errors = stuck or None  # none: the field goes away
     new_failures = Counter(Role(role) for role, _ in d.failures)
     d.status.replica_statuses = replica_statuses(
         spec, d.observed, d.old.replica_statuses, new_failures, d.status.restarts
@@ -278,6 +281,8 @@ def _recorded_event(failure: Failure) -> Event:
     if failure.sidecar:
         return Event("Warning", "SidecarRestarted", failure.describe())
     message = failure.describe()
-    if failure.role is Role.WORKER:
+    if failure.role is Role.WORKER and failure.reason in START_ERRORS:
+        message = f"{message}; it cannot start, training goes on without it"
+    elif failure.role is Role.WORKER:
         message = f"{message}; the StatefulSet replaces it, training goes on"
     return Event("Warning", f"{failure.role.value.capitalize()}Failed", message)

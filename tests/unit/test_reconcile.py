@@ -428,3 +428,23 @@ def test_the_planners_figure_for_an_oom_killed_ps_reaches_the_status_and_the_eve
     assert figure in plan.status["lastFailure"]["message"]
     [restart] = [e for e in plan.events if e.reason == "ParameterServerLost"]
     assert figure in restart.message
+
+
+def test_a_worker_whose_image_stops_pulling_after_a_restart_is_recorded_once_and_training_goes_on() -> None:
+    restarted = [p if p["metadata"]["name"] != "ctr-worker-1" else pod("worker", 1, restarts=2) for p in BASE]
+    stuck = [
+        p if p["metadata"]["name"] != "ctr-worker-1" else pod("worker", 1, restarts=2, waiting="ErrImagePull")
+        for p in BASE
+    ]
+    status: dict[str, Any] = {"phase": "Running", "tracking": tracking_of(restarted)}
+    told: list[str] = []
+    for seconds, events in ((0, []), (299, []), (300, ["WorkerFailed"]), (600, [])):
+        plan = plan_reconcile(
+            with_status(job(), **status), observed(stuck, chief_job()), None, NOW + timedelta(seconds=seconds)
+        )
+        assert plan.status["phase"] == "Running", seconds
+        assert [e.reason for e in plan.events] == events, seconds
+        told += [e.message for e in plan.events]
+        status = plan.status
+    assert status["lastFailure"]["reason"] == "ErrImagePull" and status["lastFailure"]["role"] == "worker"
+    assert "cannot start, training goes on without it" in told[0]

@@ -14,8 +14,10 @@ from psoperator.policies.recovery import (
     classify_pod_failure,
     decide,
     detect_failures,
+    next_start_errors,
     next_tracking,
 )
+from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of
 
 
@@ -188,22 +190,64 @@ def test_progress_resets_the_budget() -> None:
     assert decision.counted is False
 
 
+def _seen_stuck(pods: list[dict[str, Any]], tracking: dict[str, Any], since: timedelta) -> dict[str, Any]:
+    """The tracking of a reconcile that first saw these pods unable to start `since` ago."""
+    seen = observed(pods, chief_job())
+    errors = next_start_errors(_status(tracking=tracking).tracking, seen, 0, NOW - since, 300)
+    return {**tracking, "startErrors": errors}
+
+
 def test_image_pull_error_fails_after_the_grace_period_only() -> None:
-    young = [
-        pod("chief", 0, attempt=0, waiting="ErrImagePull", created=NOW - timedelta(seconds=30)),
-        *BASE[1:],
-    ]
-    old = [
-        pod("chief", 0, attempt=0, waiting="ImagePullBackOff", created=NOW - timedelta(seconds=400)),
-        *BASE[1:],
-    ]
+    pods = [pod("chief", 0, attempt=0, waiting="ErrImagePull"), *BASE[1:]]
     spec = _spec(failurePolicy={"startupErrorGraceSeconds": 300})
+    young = _seen_stuck(pods, TRACKED, timedelta(seconds=30))
     assert (
-        decide(spec, _status(tracking=TRACKED), observed(young, chief_job()), NOW).action
+        decide(spec, _status(tracking=young), observed(pods, chief_job()), NOW).action is RecoveryAction.NONE
+    )
+    old = _seen_stuck(pods, TRACKED, timedelta(seconds=400))
+    decision = decide(spec, _status(tracking=old), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "StartupError")
+
+
+def test_the_grace_runs_from_the_waiting_state_not_from_the_pods_creation() -> None:
+    """A PS restarted in place whose image no longer pulls (a registry blip on :latest): its pod is
+    ten minutes old, its waiting state new."""
+    tracked = tracking_of(_with("ps", 1, restarts=1))
+    pods = _with("ps", 1, restarts=1, waiting="ErrImagePull")
+    spec = _spec(failurePolicy={"startupErrorGraceSeconds": 300})
+    first = decide(spec, _status(tracking=tracked), observed(pods, chief_job()), NOW)
+    assert first.action is RecoveryAction.NONE
+    seen = _seen_stuck(pods, tracked, timedelta(seconds=301))
+    decision = decide(spec, _status(tracking=seen), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "StartupError")
+
+
+def test_a_new_waiting_episode_starts_the_grace_again() -> None:
+    """The container ran in between (one more restart): the old sighting no longer counts."""
+    before = _with("ps", 1, restarts=1, waiting="ErrImagePull")
+    seen = _seen_stuck(before, tracking_of(_with("ps", 1, restarts=1)), timedelta(seconds=900))
+    again = _with("ps", 1, restarts=2, waiting="ImagePullBackOff")
+    errors = next_start_errors(_status(tracking=seen).tracking, observed(again, chief_job()), 0, NOW, 300)
+    assert errors["ctr-ps-1"].endswith(f"/2/{format_time(NOW)}")
+
+
+def test_a_worker_that_cannot_start_is_recorded_once_not_fatal() -> None:
+    tracked = tracking_of(_with("worker", 0, restarts=3))
+    pods = _with("worker", 0, restarts=3, waiting="ImagePullBackOff")
+    seen = _seen_stuck(pods, tracked, timedelta(seconds=301))
+    decision = decide(_spec(), _status(tracking=seen), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.RECORD, "WorkerLost")
+    assert decision.failure is not None and decision.failure.reason == "ImagePullBackOff"
+    told = {
+        **seen,
+        "startErrors": next_start_errors(
+            _status(tracking=seen).tracking, observed(pods, chief_job()), 0, NOW, 300
+        ),
+    }
+    assert (
+        decide(_spec(), _status(tracking=told), observed(pods, chief_job()), NOW).action
         is RecoveryAction.NONE
     )
-    decision = decide(spec, _status(tracking=TRACKED), observed(old, chief_job()), NOW)
-    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "StartupError")
 
 
 def test_classify_ignores_a_healthy_pod_and_unknown_objects() -> None:

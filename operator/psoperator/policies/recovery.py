@@ -12,7 +12,9 @@ correct recovery is to restart the chief, which restores every variable from the
 | PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
 | chief failed in the same reconcile as a PS loss       | RESTART (the PS the cause) | as the PS loss   |
 | chief exited with a retryable code                    | RESTART_FROM_CHECKPOINT   | yes*             |
-| chief exited with a permanent code / cannot start     | FAIL                      |                  |
+| chief or PS cannot start for the grace period          | FAIL                      |                  |
+| worker cannot start for the grace period              | RECORD (once)             | no               |
+| chief exited with a permanent code                    | FAIL                      |                  |
 | restarts exhausted                                    | FAIL                      |                  |
 
 (*) unless a newer checkpoint was written since the previous restart: progress resets the budget.
@@ -33,7 +35,7 @@ from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.contract import Role
 from psoperator.observe import START_ERRORS, Observed, PodView, Termination
 from psoperator.sizing import suggestion_for_oom
-from psoperator.timeutil import parse_time
+from psoperator.timeutil import format_time, parse_time
 
 
 class RecoveryAction(enum.Enum):
@@ -202,16 +204,81 @@ def _chief_failure(pod: PodView | None, job_reason: str | None, job_message: str
     return _termination_failure(pod, pod.terminated, job_reason or "Failed")
 
 
-def startup_error(pod: PodView, now: datetime, grace_seconds: int) -> Failure | None:
-    """A container that cannot start (bad image, bad config) for longer than the grace period."""
-    if pod.waiting_reason not in START_ERRORS or pod.role is None:
+@dataclass(frozen=True)
+class StartError:
+    """A pod seen unable to start, as tracked: the episode (uid, restarts), since when, and whether told."""
+
+    uid: str
+    restarts: int
+    since: str
+    told: bool = False
+
+    @classmethod
+    def parse(cls, entry: str | None) -> StartError | None:
+        parts = (entry or "").split("/")
+        if len(parts) < 3 or not parts[1].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), parts[2], parts[3:] == ["told"])
+
+    def entry(self) -> str:
+        return "/".join([self.uid, str(self.restarts), self.since, *(["told"] if self.told else [])])
+
+    def overdue(self, now: datetime, grace_seconds: int) -> bool:
+        since = parse_time(self.since)
+        return since is None or (now - since).total_seconds() >= grace_seconds
+
+
+def start_error_of(tracking: Tracking, pod: PodView, now: datetime) -> StartError | None:
+    """The pod's current inability to start, continuing the tracked episode if it is the same one.
+
+    The API gives a waiting state no time and the pod's age says nothing after a restart in place,
+    so the grace period runs from when the operator first saw this episode (same pod, same restarts).
+    """
+    if pod.waiting_reason not in START_ERRORS:
         return None
-    created = parse_time(pod.created)
-    if created is None or (now - created).total_seconds() < grace_seconds:
-        return None
-    return Failure(
-        pod.role, pod.name, pod.index, pod.waiting_reason or "StartupError", pod.waiting_message[:512]
-    )
+    seen = StartError.parse((tracking.start_errors or {}).get(pod.name))
+    if seen is not None and (seen.uid, seen.restarts) == (pod.uid, pod.restarts):
+        return seen
+    return StartError(pod.uid, pod.restarts, format_time(now))
+
+
+def _startable(observed: Observed, attempt: int) -> list[PodView]:
+    """The pods whose start the policy watches: the current chief, the PS and the workers."""
+    chief = observed.chief_pod(attempt)
+    return [*([chief] if chief else []), *observed.role_pods(Role.PS), *observed.role_pods(Role.WORKER)]
+
+
+def next_start_errors(
+    tracking: Tracking, observed: Observed, attempt: int, now: datetime, grace_seconds: int
+) -> dict[str, str]:
+    """The start errors to track after this reconcile; those past the grace period are told."""
+    result: dict[str, str] = {}
+    for pod in _startable(observed, attempt):
+        error = start_error_of(tracking, pod, now)
+        if error is not None:
+            told = error.told or error.overdue(now, grace_seconds)
+            result[pod.name] = replace(error, told=told).entry()
+    return result
+
+
+def _overdue_start_errors(
+    spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
+) -> tuple[list[Failure], list[Failure]]:
+    """Pods unable to start for longer than the grace period: the chief's and PS' (fatal), and the
+    workers' not told yet (tolerated: training goes on without them)."""
+    grace = spec.failure_policy.startup_error_grace_seconds
+    fatal: list[Failure] = []
+    tolerated: list[Failure] = []
+    for pod in _startable(observed, status.restarts):
+        error = start_error_of(status.tracking, pod, now)
+        if error is None or pod.role is None or not error.overdue(now, grace):
+            continue
+        failure = Failure(pod.role, pod.name, pod.index, pod.waiting_reason or "", pod.waiting_message[:512])
+        if pod.role is not Role.WORKER:
+            fatal.append(failure)
+        elif not error.told:
+            tolerated.append(failure)
+    return fatal, tolerated
 
 
 def made_progress(status: PSTrainingJobStatus) -> bool:
@@ -267,6 +334,7 @@ class Situation:
     observed: Observed
     now: datetime
     tolerated: list[Failure]  # workers' and sidecars': recorded whatever the action
+    stuck: list[Failure]  # the chief or a PS unable to start for longer than the grace period
     ps: list[Failure]  # parameter servers lost
     chief: Failure | None  # the current attempt's chief Job failed, as its pod tells why
     chief_job_live: bool  # the current attempt's chief Job exists and is not going away
@@ -284,12 +352,14 @@ def situation(
     if live and job is not None and job.failed:
         chief = _chief_failure(observed.chief_pod(status.restarts), job.failure_reason, job.failure_message)
     ps = [_with_oom_advice(spec, f) for f in failures if f.role is Role.PS and not f.sidecar]
+    stuck, workers_stuck = _overdue_start_errors(spec, status, observed, now)
     return Situation(
         spec,
         status,
         observed,
         now,
-        tolerated=[f for f in failures if f.role is Role.WORKER or f.sidecar],
+        tolerated=[f for f in failures if f.role is Role.WORKER or f.sidecar] + workers_stuck,
+        stuck=stuck,
         ps=ps,
         chief=chief,
         chief_job_live=live,
@@ -304,15 +374,12 @@ def _with_oom_advice(spec: PSTrainingJobSpec, failure: Failure) -> Failure:
 
 
 def _startup_error(s: Situation) -> RecoveryDecision | None:
-    """A pod that cannot start for longer than the grace period fails the job."""
+    """The chief or a PS unable to start for longer than the grace period fails the job."""
+    if not s.stuck:
+        return None
     grace = s.spec.failure_policy.startup_error_grace_seconds
-    chief = s.observed.chief_pod(s.status.restarts)
-    for pod in [chief, *s.observed.role_pods(Role.PS), *s.observed.role_pods(Role.WORKER)]:
-        stuck = startup_error(pod, s.now, grace) if pod is not None else None
-        if stuck is not None:
-            message = f"{stuck.describe()}; failing after {grace}s"
-            return RecoveryDecision(RecoveryAction.FAIL, "StartupError", message, stuck, recorded=s.tolerated)
-    return None
+    message = f"{s.stuck[0].describe()}; failing after {grace}s"
+    return RecoveryDecision(RecoveryAction.FAIL, "StartupError", message, s.stuck[0], recorded=s.tolerated)
 
 
 def _ps_lost(s: Situation) -> RecoveryDecision | None:
