@@ -302,7 +302,9 @@ class Tracking(_Status):
     )
     pods: dict[str, str] = Field(
         default_factory=dict,
-        description=("Parameter server and worker pods, name to uid/trainer restarts/sidecar restarts."),
+        description=(
+            "Parameter server, worker and evaluator pods, name to uid/trainer restarts/sidecar restarts."
+        ),
     )
     start_errors: dict[str, str] | None = Field(
         None,

@@ -25,7 +25,7 @@ from psoperator.contract import ProgressReport, Role
 from psoperator.draft import Draft, Event, ReconcilePlan
 from psoperator.observe import START_ERRORS, Observed
 from psoperator.policies import deadline, recovery, stall, success, ttl
-from psoperator.policies.recovery import Failure, RecoveryAction, RecoveryDecision
+from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
 from psoperator.sizing import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
 from psoperator.timeutil import format_time
@@ -281,8 +281,10 @@ def _recorded_event(failure: Failure) -> Event:
     if failure.sidecar:
         return Event("Warning", "SidecarRestarted", failure.describe())
     message = failure.describe()
-    if failure.role is Role.WORKER and failure.reason in START_ERRORS:
+    if failure.role in TOLERATED_ROLES and failure.reason in START_ERRORS:
         message = f"{message}; it cannot start, training goes on without it"
     elif failure.role is Role.WORKER:
         message = f"{message}; the StatefulSet replaces it, training goes on"
+    elif failure.role is Role.EVALUATOR:
+        message = f"{message}; its Job restarts it (up to failurePolicy.maxRestarts), training goes on"
     return Event("Warning", f"{failure.role.value.capitalize()}Failed", message)

@@ -6,9 +6,8 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psoperator.contract import Role
 from psoperator.observe import Observed, parse_job, parse_pod
-from psoperator.policies.recovery import track_entry
+from psoperator.policies.recovery import TRACKED_ROLES, track_entry
 from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
 from psoperator.timeutil import format_time
 
@@ -149,5 +148,5 @@ def running_cluster(attempt: int = 0, ps_restarts: int = 0) -> list[Obj]:
 
 def tracking_of(pods: list[Obj]) -> Obj:
     views = [parse_pod(p) for p in pods]
-    entries = {v.name: track_entry(v) for v in views if v.role in (Role.PS, Role.WORKER)}
+    entries = {v.name: track_entry(v) for v in views if v.role in TRACKED_ROLES}
     return {"psEstablished": True, "pods": entries}

@@ -448,3 +448,19 @@ def test_a_worker_whose_image_stops_pulling_after_a_restart_is_recorded_once_and
         status = plan.status
     assert status["lastFailure"]["reason"] == "ErrImagePull" and status["lastFailure"]["role"] == "worker"
     assert "cannot start, training goes on without it" in told[0]
+
+
+def test_an_evaluator_failure_is_an_event_and_nothing_restarts() -> None:
+    evaluator = {"template": {"spec": {"containers": [{"name": "trainer"}]}}}
+    healthy = [*BASE, pod("evaluator", 0)]
+    crashed = [*BASE, pod("evaluator", 0, restarts=1, last_terminated={"exitCode": 1, "reason": "Error"})]
+    plan = plan_reconcile(
+        with_status(job(evaluator=evaluator), phase="Running", tracking=tracking_of(healthy)),
+        observed(crashed, chief_job()),
+        None,
+        NOW,
+    )
+    assert not plan.restarted and plan.status["phase"] == "Running" and plan.status["restarts"] == 0
+    assert [e.reason for e in plan.events] == ["EvaluatorFailed"]
+    assert plan.status["lastFailure"]["role"] == "evaluator"
+    assert plan.status["replicaStatuses"]["evaluator"]["restarts"] == 1

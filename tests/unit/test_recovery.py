@@ -392,3 +392,43 @@ def test_a_worker_that_exits_1_with_a_ps_loss_is_explained_by_it() -> None:
         RecoveryAction.RESTART_FROM_CHECKPOINT,
         "ParameterServerLost",
     )
+
+
+WITH_EVALUATOR = [*BASE, pod("evaluator", 0)]
+
+
+def _evaluator(**changes: Any) -> list[dict[str, Any]]:
+    return [*BASE, pod("evaluator", 0, **changes)]
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param(_evaluator(restarts=1, last_terminated=BUG), id="permanent-code"),
+        pytest.param(_evaluator(restarts=1, last_terminated=OOM), id="oom-killed"),
+        pytest.param(
+            _evaluator(phase="Failed", terminated={"exitCode": 138, "reason": "Error"}), id="pod-failed"
+        ),
+        pytest.param(BASE, id="vanished"),
+    ],
+)
+def test_an_evaluator_failure_is_recorded_and_never_touches_training(pods: list[dict[str, Any]]) -> None:
+    spec = _spec(evaluator={"template": {"spec": {"containers": [{"name": "trainer"}]}}})
+    decision = decide(spec, _status(tracking=tracking_of(WITH_EVALUATOR)), observed(pods, chief_job()), NOW)
+    assert decision.action is RecoveryAction.RECORD
+    [failure] = decision.recorded
+    assert (failure.role.value, failure.pod) == ("evaluator", "ctr-evaluator-0")
+
+
+def test_an_evaluator_that_cannot_start_is_recorded_not_fatal() -> None:
+    tracked = tracking_of(WITH_EVALUATOR)
+    pods = _evaluator(waiting="ErrImagePull")
+    seen = _seen_stuck(pods, tracked, timedelta(seconds=400))
+    decision = decide(_spec(), _status(tracking=seen), observed(pods, chief_job()), NOW)
+    assert decision.action is RecoveryAction.RECORD
+    assert decision.failure is not None and decision.failure.role.value == "evaluator"
+
+
+def test_the_evaluator_is_tracked() -> None:
+    tracking = next_tracking(_status(), observed(WITH_EVALUATOR, chief_job()), 2, restarted=False)
+    assert "ctr-evaluator-0" in tracking.pods

@@ -8,6 +8,7 @@ correct recovery is to restart the chief, which restores every variable from the
 |------------------------------------------------------|---------------------------|------------------|
 | worker exited with a permanent code (workerPermanentExit: FailJob) | FAIL           |                  |
 | worker failed, evicted, deleted, restarted in place   | RECORD (StatefulSet heals) | no               |
+| evaluator failed, restarted, deleted, cannot start    | RECORD (its Job restarts it) | no            |
 | a sidecar of a PS or worker restarted in place       | RECORD (kubelet heals)    | no               |
 | PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
 | chief failed in the same reconcile as a PS loss       | RESTART (the PS the cause) | as the PS loss   |
@@ -36,6 +37,12 @@ from psoperator.contract import Role
 from psoperator.observe import START_ERRORS, Observed, PodView, Termination
 from psoperator.sizing import suggestion_for_oom
 from psoperator.timeutil import format_time, parse_time
+
+# Roles whose loss training survives: the coordinator reschedules a worker's steps, and the
+# evaluator only reads checkpoints. Their failures are recorded, never a reason to restart.
+TOLERATED_ROLES = frozenset({Role.WORKER, Role.EVALUATOR})
+# Roles whose pods the operator tracks from one reconcile to the next (the chief has its Job).
+TRACKED_ROLES = (Role.PS, Role.WORKER, Role.EVALUATOR)
 
 
 class RecoveryAction(enum.Enum):
@@ -187,7 +194,7 @@ def detect_failures(
         if failure is None and pod is None:
             # StatefulSet pods are named <job>-<role>-<ordinal>.
             _, role_text, index_text = ["", "", "", *name.rsplit("-", 2)][-3:]
-            role = Role.PS if role_text == Role.PS.value else Role.WORKER
+            role = Role(role_text) if role_text in TRACKED_ROLES else Role.WORKER
             index = int(index_text) if index_text.isdigit() else None
             failure = Failure(role, name, index, "Deleted", "the pod disappeared")
         if failure is not None:
@@ -243,9 +250,13 @@ def start_error_of(tracking: Tracking, pod: PodView, now: datetime) -> StartErro
 
 
 def _startable(observed: Observed, attempt: int) -> list[PodView]:
-    """The pods whose start the policy watches: the current chief, the PS and the workers."""
+    """The pods whose start the policy watches: the current chief and every tracked pod."""
     chief = observed.chief_pod(attempt)
-    return [*([chief] if chief else []), *observed.role_pods(Role.PS), *observed.role_pods(Role.WORKER)]
+    return [*([chief] if chief else []), *_tracked_pods(observed)]
+
+
+def _tracked_pods(observed: Observed) -> list[PodView]:
+    return [p for role in TRACKED_ROLES for p in observed.role_pods(role)]
 
 
 def next_start_errors(
@@ -265,7 +276,7 @@ def _overdue_start_errors(
     spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
 ) -> tuple[list[Failure], list[Failure]]:
     """Pods unable to start for longer than the grace period: the chief's and PS' (fatal), and the
-    workers' not told yet (tolerated: training goes on without them)."""
+    workers' and the evaluator's not told yet (tolerated: training goes on without them)."""
     grace = spec.failure_policy.startup_error_grace_seconds
     fatal: list[Failure] = []
     tolerated: list[Failure] = []
@@ -274,7 +285,7 @@ def _overdue_start_errors(
         if error is None or pod.role is None or not error.overdue(now, grace):
             continue
         failure = Failure(pod.role, pod.name, pod.index, pod.waiting_reason or "", pod.waiting_message[:512])
-        if pod.role is not Role.WORKER:
+        if pod.role not in TOLERATED_ROLES:
             fatal.append(failure)
         elif not error.told:
             tolerated.append(failure)
@@ -333,7 +344,7 @@ class Situation:
     status: PSTrainingJobStatus
     observed: Observed
     now: datetime
-    tolerated: list[Failure]  # workers' and sidecars': recorded whatever the action
+    tolerated: list[Failure]  # of TOLERATED_ROLES and sidecars: recorded whatever the action
     stuck: list[Failure]  # the chief or a PS unable to start for longer than the grace period
     ps: list[Failure]  # parameter servers lost
     chief: Failure | None  # the current attempt's chief Job failed, as its pod tells why
@@ -343,22 +354,20 @@ class Situation:
 def situation(
     spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
 ) -> Situation:
-    failures = detect_failures(
-        status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER), observed.departed
-    )
+    failures = detect_failures(status.tracking.pods, _tracked_pods(observed), observed.departed)
     job = observed.current_chief_job(status.restarts)
     live = job is not None and not job.deleting
     chief = None
     if live and job is not None and job.failed:
         chief = _chief_failure(observed.chief_pod(status.restarts), job.failure_reason, job.failure_message)
     ps = [_with_oom_advice(spec, f) for f in failures if f.role is Role.PS and not f.sidecar]
-    stuck, workers_stuck = _overdue_start_errors(spec, status, observed, now)
+    stuck, tolerated_stuck = _overdue_start_errors(spec, status, observed, now)
     return Situation(
         spec,
         status,
         observed,
         now,
-        tolerated=[f for f in failures if f.role is Role.WORKER or f.sidecar] + workers_stuck,
+        tolerated=[f for f in failures if f.role in TOLERATED_ROLES or f.sidecar] + tolerated_stuck,
         stuck=stuck,
         ps=ps,
         chief=chief,
@@ -462,6 +471,8 @@ def _record_reason(recorded: list[Failure]) -> str:
         return "WorkerLost"
     if any(f.role is Role.PS and not f.sidecar for f in recorded):
         return "ParameterServerLost"
+    if any(f.role is Role.EVALUATOR and not f.sidecar for f in recorded):
+        return "EvaluatorFailed"
     return "SidecarRestarted"
 
 
@@ -472,11 +483,7 @@ def next_tracking(
 
     After a restart the new chief has not met the parameter servers yet, so they are not established.
     """
-    live = [
-        p
-        for p in observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER)
-        if not p.deleting and not p.failed
-    ]
+    live = [p for p in _tracked_pods(observed) if not p.deleting and not p.failed]
     pods = {p.name: track_entry(p) for p in live}
     if restarted:
         return Tracking(psEstablished=False, pods=pods)
