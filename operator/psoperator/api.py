@@ -132,6 +132,17 @@ class FailurePolicy(_Model):
             "every pod runs. Off when unset."
         ),
     )
+    scheduling_timeout_seconds: int | None = Field(
+        None,
+        alias="schedulingTimeoutSeconds",
+        ge=1,
+        description=(
+            "Fail the job (reason Unschedulable) when the chief or a parameter server has not been "
+            "scheduled for this long (PodScheduled=False). A worker or evaluator that cannot be "
+            "scheduled is only reported, in the Unschedulable condition. Off when unset: pods wait "
+            "for room."
+        ),
+    )
     connect_timeout_seconds: int = Field(
         600,
         alias="connectTimeoutSeconds",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +25,7 @@ from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
 from psoperator.draft import Draft, Event, ReconcilePlan
 from psoperator.observe import START_ERRORS, Observed
-from psoperator.policies import deadline, recovery, stall, success, ttl
+from psoperator.policies import deadline, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
 from psoperator.sizing import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
@@ -112,6 +113,26 @@ def detect_success(spec: PSTrainingJobSpec, d: Draft) -> bool:
         return GO_ON
     step = f" at step {d.status.step}" if d.status.step is not None else ""
     return _end(spec, d, Phase.SUCCEEDED, "ChiefCompleted", f"the chief completed{step}", stop=True)
+
+
+def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Pods the scheduler cannot place: the Unschedulable condition, then the scheduling timeout."""
+    waiting = scheduling.unscheduled(d.observed, d.status.restarts)
+    if not waiting:
+        if is_true(d.status.conditions, ConditionType.UNSCHEDULABLE):
+            d.condition(ConditionType.UNSCHEDULABLE, False, "Scheduled", "every pod is scheduled")
+        return GO_ON
+    message = scheduling.describe(waiting)
+    event = Event("Warning", "Unschedulable", message)
+    d.condition(ConditionType.UNSCHEDULABLE, True, "Unschedulable", message, event=event)
+    late = scheduling.timed_out(spec, waiting, d.now)
+    if late is None:
+        return GO_ON
+    cause = scheduling.as_failure(late)
+    d.status.last_failure = _record(replace(cause, reason="Unschedulable"), d.stamp)
+    timeout = spec.failure_policy.scheduling_timeout_seconds
+    why = f"{cause.describe()}; not scheduled within failurePolicy.schedulingTimeoutSeconds ({timeout}s)"
+    return _end(spec, d, Phase.FAILED, "Unschedulable", why, stop=True)
 
 
 def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -209,6 +230,7 @@ STAGES: tuple[Stage, ...] = (
     suspend_or_resume,
     enforce_deadline,
     detect_success,
+    watch_scheduling,
     recover,
     count_replicas,
     set_phase,

@@ -31,6 +31,7 @@ class ConditionType(enum.StrEnum):
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
     STALLED = "Stalled"
+    UNSCHEDULABLE = "Unschedulable"
     SIZING_WARNING = "SizingWarning"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"

@@ -61,9 +61,11 @@ def pod(
     created: datetime = NOW - timedelta(minutes=10),
     ip: str | None = "10.0.0.1",
     sidecar: Obj | None = None,
+    unschedulable: str | None = None,
 ) -> Obj:
     """A pod as the API shows it; `sidecar` adds the status of a `fluent-bit` container, which the
-    kubelet lists before the trainer's (it sorts statuses by container name)."""
+    kubelet lists before the trainer's (it sorts statuses by container name); `unschedulable` is the
+    scheduler's message of a PodScheduled=False condition since the pod's creation."""
     name = f"{JOB}-{role}-{index}" if role != "chief" else f"{JOB}-chief-{attempt or 0}x"
     labels = {LABEL_JOB: JOB, LABEL_ROLE: role, "apps.kubernetes.io/pod-index": str(index)}
     if attempt is not None:
@@ -76,6 +78,9 @@ def pod(
     conditions = [{"type": "Ready", "status": "True" if ready and phase == "Running" else "False"}]
     if disruption:
         conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+    if unschedulable is not None:
+        scheduled = {"status": "False", "reason": "Unschedulable", "message": unschedulable}
+        conditions.append({"type": "PodScheduled", **scheduled, "lastTransitionTime": format_time(created)})
     meta: Obj = {
         "name": name,
         "uid": uid or f"{name}-uid",

@@ -464,3 +464,52 @@ def test_an_evaluator_failure_is_an_event_and_nothing_restarts() -> None:
     assert [e.reason for e in plan.events] == ["EvaluatorFailed"]
     assert plan.status["lastFailure"]["role"] == "evaluator"
     assert plan.status["replicaStatuses"]["evaluator"]["restarts"] == 1
+
+
+SCHEDULER = "0/4 nodes are available: 4 Insufficient memory."
+
+
+def _unschedulable_ps(since: timedelta = timedelta(0)) -> list[dict[str, Any]]:
+    stuck = pod("ps", 1, phase="Pending", unschedulable=SCHEDULER, created=NOW - since)
+    return [p if p["metadata"]["name"] != "ctr-ps-1" else stuck for p in BASE]
+
+
+def test_an_unschedulable_pod_is_a_condition_and_one_event() -> None:
+    plan = plan_reconcile(
+        with_status(job(), phase="Creating"), observed(_unschedulable_ps(), chief_job()), None, NOW
+    )
+    assert plan.status["phase"] == "Creating"
+    assert _conditions(plan.status)["Unschedulable"] == ("True", "Unschedulable")
+    [condition] = [c for c in plan.status["conditions"] if c["type"] == "Unschedulable"]
+    assert "ps 1 (ctr-ps-1)" in condition["message"] and SCHEDULER in condition["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Unschedulable")]
+    again = plan_reconcile(
+        {**job(), "status": plan.status}, observed(_unschedulable_ps(), chief_job()), None, NOW
+    )
+    assert again.events == [] and _conditions(again.status)["Unschedulable"][0] == "True"
+    scheduled = plan_reconcile({**job(), "status": again.status}, observed(BASE, chief_job()), None, NOW)
+    assert _conditions(scheduled.status)["Unschedulable"] == ("False", "Scheduled")
+
+
+def test_scheduling_timeout_fails_the_job_as_unschedulable() -> None:
+    spec = job(failurePolicy={"schedulingTimeoutSeconds": 300})
+    late = observed(_unschedulable_ps(timedelta(seconds=301)), chief_job())
+    plan = plan_reconcile(with_status(spec, phase="Creating"), late, None, NOW)
+    assert plan.status["phase"] == "Failed" and _conditions(plan.status)["Failed"] == (
+        "True",
+        "Unschedulable",
+    )
+    assert (plan.status["lastFailure"]["role"], plan.status["lastFailure"]["reason"]) == (
+        "ps",
+        "Unschedulable",
+    )
+    early = observed(_unschedulable_ps(timedelta(seconds=200)), chief_job())
+    assert plan_reconcile(with_status(spec, phase="Creating"), early, None, NOW).status["phase"] == "Creating"
+
+
+def test_an_unschedulable_worker_never_fails_the_job() -> None:
+    stuck = pod("worker", 1, phase="Pending", unschedulable=SCHEDULER, created=NOW - timedelta(hours=1))
+    pods = [p if p["metadata"]["name"] != "ctr-worker-1" else stuck for p in BASE]
+    spec = job(failurePolicy={"schedulingTimeoutSeconds": 300})
+    plan = plan_reconcile(with_status(spec, phase="Running"), observed(pods, chief_job()), None, NOW)
+    assert plan.status["phase"] == "Running" and _conditions(plan.status)["Unschedulable"][0] == "True"

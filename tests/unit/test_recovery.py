@@ -432,3 +432,15 @@ def test_an_evaluator_that_cannot_start_is_recorded_not_fatal() -> None:
 def test_the_evaluator_is_tracked() -> None:
     tracking = next_tracking(_status(), observed(WITH_EVALUATOR, chief_job()), 2, restarted=False)
     assert "ctr-evaluator-0" in tracking.pods
+
+
+def test_a_chief_that_timed_out_waiting_for_an_unschedulable_ps_is_restarted_without_counting() -> None:
+    stuck = pod("ps", 1, phase="Pending", unschedulable="0/4 nodes are available: 4 Insufficient memory.")
+    chief = pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"})
+    pods = [chief, BASE[1], stuck, *BASE[3:]]
+    tracking = {**tracking_of(pods), "psEstablished": False}
+    status = _status(tracking=tracking, countedRestarts=5)
+    decision = decide(_spec(), status, observed(pods, chief_job(failed="BackoffLimitExceeded")), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.RESTART_FROM_CHECKPOINT, "ChiefFailed")
+    assert not decision.counted and decision.counted_restarts == 5
+    assert "ctr-ps-1" in decision.message

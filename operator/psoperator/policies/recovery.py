@@ -4,21 +4,22 @@ TensorFlow's ParameterServerStrategy tolerates a lost worker (the coordinator re
 closures and the worker rejoins), but a lost parameter server takes its variables with it: the only
 correct recovery is to restart the chief, which restores every variable from the latest checkpoint.
 
-| observed                                             | action                    | counted          |
-|------------------------------------------------------|---------------------------|------------------|
-| worker exited with a permanent code (workerPermanentExit: FailJob) | FAIL           |                  |
-| worker failed, evicted, deleted, restarted in place   | RECORD (StatefulSet heals) | no               |
-| evaluator failed, restarted, deleted, cannot start    | RECORD (its Job restarts it) | no            |
-| a sidecar of a PS or worker restarted in place       | RECORD (kubelet heals)    | no               |
-| PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
-| chief failed in the same reconcile as a PS loss       | RESTART (the PS the cause) | as the PS loss   |
-| chief exited with a retryable code                    | RESTART_FROM_CHECKPOINT   | yes*             |
-| chief or PS cannot start for the grace period          | FAIL                      |                  |
-| worker cannot start for the grace period              | RECORD (once)             | no               |
-| chief exited with a permanent code                    | FAIL                      |                  |
-| restarts exhausted                                    | FAIL                      |                  |
+| observed (the first row that matches decides)             | action                     | counted     |
+|------------------------------------------------------------|----------------------------|-------------|
+| chief or PS cannot start for the grace period              | FAIL StartupError          |             |
+| PS failed, deleted, evicted, or restarted in place         | RESTART_FROM_CHECKPOINT    | yes** (a)   |
+|   (only RECORD before every PS ran with the current chief) |                            |             |
+| ... and the chief failed in the same reconcile             | RESTART (the PS the cause) | as the PS   |
+| worker exited with a permanent code (FailJob, the default) | FAIL PermanentExitCode     |             |
+| chief exited with a permanent code                         | FAIL PermanentExitCode     |             |
+| chief exited otherwise                                     | RESTART_FROM_CHECKPOINT    | yes** (a,b) |
+| restarts exhausted                                         | FAIL RestartsExhausted     |             |
+| worker failed, evicted, deleted, restarted, cannot start   | RECORD (StatefulSet heals) | no          |
+| evaluator failed, restarted, deleted, cannot start         | RECORD (its Job restarts)  | no          |
+| a sidecar of a PS or worker restarted in place             | RECORD (kubelet heals)     | no          |
 
-(*) unless a newer checkpoint was written since the previous restart: progress resets the budget.
+(a) not disruptions (eviction, preemption, node loss); (b) not while a PS is unscheduled.
+(**) unless a newer checkpoint was written since the previous restart: progress resets the budget.
 Only the training container's exit codes and restarts count (observe.py finds it by name); a
 sidecar's restart leaves the task's variables where they were.
 Every function here is pure: observed state and the job's status in, a decision out. README.md's
@@ -249,12 +250,6 @@ def start_error_of(tracking: Tracking, pod: PodView, now: datetime) -> StartErro
     return StartError(pod.uid, pod.restarts, format_time(now))
 
 
-def _startable(observed: Observed, attempt: int) -> list[PodView]:
-    """The pods whose start the policy watches: the current chief and every tracked pod."""
-    chief = observed.chief_pod(attempt)
-    return [*([chief] if chief else []), *_tracked_pods(observed)]
-
-
 def _tracked_pods(observed: Observed) -> list[PodView]:
     return [p for role in TRACKED_ROLES for p in observed.role_pods(role)]
 
@@ -264,7 +259,7 @@ def next_start_errors(
 ) -> dict[str, str]:
     """The start errors to track after this reconcile; those past the grace period are told."""
     result: dict[str, str] = {}
-    for pod in _startable(observed, attempt):
+    for pod in observed.current_pods(attempt):
         error = start_error_of(tracking, pod, now)
         if error is not None:
             told = error.told or error.overdue(now, grace_seconds)
@@ -280,7 +275,7 @@ def _overdue_start_errors(
     grace = spec.failure_policy.startup_error_grace_seconds
     fatal: list[Failure] = []
     tolerated: list[Failure] = []
-    for pod in _startable(observed, status.restarts):
+    for pod in observed.current_pods(status.restarts):
         error = start_error_of(status.tracking, pod, now)
         if error is None or pod.role is None or not error.overdue(now, grace):
             continue
@@ -311,8 +306,10 @@ def _restart(
     reason: str,
     recorded: list[Failure],
     note: str = "",
+    excused: bool = False,
 ) -> RecoveryDecision:
-    counted = not failure.disruption and not made_progress(status)
+    """Restart the chief, counted unless a disruption, progress or an `excused` cause explains it."""
+    counted = not (failure.disruption or excused) and not made_progress(status)
     budget_used = restart_budget_used(status, counted)
     if budget_used > spec.failure_policy.max_restarts:
         return RecoveryDecision(
@@ -430,7 +427,11 @@ def _chief_failed(s: Situation) -> RecoveryDecision | None:
     fail_job = job is not None and job.failure_reason == "PodFailurePolicy"
     if s.chief.exit_code in s.spec.failure_policy.permanent_exit_codes or fail_job:
         return _permanent(s.chief, s.tolerated)
-    return _restart(s.spec, s.status, s.chief, "ChiefFailed", s.tolerated)
+    # A PS that was never scheduled never ran: the chief that gave up waiting for it did nothing
+    # wrong, and counting it would end a job that only waits for room as RestartsExhausted.
+    waiting = [p.name for p in s.observed.role_pods(Role.PS) if p.unscheduled is not None]
+    note = f"; {', '.join(waiting)} not scheduled yet" if waiting else ""
+    return _restart(s.spec, s.status, s.chief, "ChiefFailed", s.tolerated, note, excused=bool(waiting))
 
 
 def _record_only(s: Situation) -> RecoveryDecision:
