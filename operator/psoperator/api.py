@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
+from psoperator.vocabulary import Phase
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
@@ -106,9 +107,20 @@ class FailurePolicy(_Model):
         alias="permanentExitCodes",
         max_length=255,
         description=(
-            "Chief exit codes that fail the job at once instead of restarting it (1 to 255). The "
-            "trainer runtime exits 1 for a bug in user code and 2 for bad configuration. A change "
-            "reaches the chief's Job, whose pod failure policy is immutable, at the next chief attempt."
+            "Chief exit codes that fail the job at once instead of restarting it (1 to 255); a "
+            "worker's too, per workerPermanentExit. The trainer runtime exits 1 for a bug in user "
+            "code and 2 for bad configuration. A change reaches the chief's Job, whose pod failure "
+            "policy is immutable, at the next chief attempt."
+        ),
+    )
+    worker_permanent_exit: Literal["FailJob", "Record"] = Field(
+        "FailJob",
+        alias="workerPermanentExit",
+        description=(
+            "What a worker that exits with a code in permanentExitCodes does to the job: FailJob "
+            "(a bug in user code comes back at every restart) or Record (only record it; the "
+            "StatefulSet restarts the worker). A parameter server lost in the same reconcile "
+            "explains the exit and wins."
         ),
     )
     stall_timeout_seconds: int | None = Field(
@@ -118,6 +130,17 @@ class FailurePolicy(_Model):
         description=(
             "Set the Stalled condition when the global step has not advanced for this long while "
             "every pod runs. Off when unset."
+        ),
+    )
+    scheduling_timeout_seconds: int | None = Field(
+        None,
+        alias="schedulingTimeoutSeconds",
+        ge=1,
+        description=(
+            "Fail the job (reason Unschedulable) when the chief or a parameter server has not been "
+            "scheduled for this long (PodScheduled=False). A worker or evaluator that cannot be "
+            "scheduled is only reported, in the Unschedulable condition. Off when unset: pods wait "
+            "for room."
         ),
     )
     connect_timeout_seconds: int = Field(
@@ -130,7 +153,12 @@ class FailurePolicy(_Model):
         300,
         alias="startupErrorGraceSeconds",
         ge=0,
-        description=("How long an image pull or container config error may last before the job fails."),
+        description=(
+            "How long the chief or a parameter server may be unable to start (an image pull or "
+            "container config error) before the job fails, counted from when the operator first saw "
+            "the container's current waiting state, not from the pod's creation. A worker that "
+            "cannot start for this long is recorded; training goes on without it."
+        ),
     )
 
 
@@ -237,9 +265,6 @@ class _Status(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
 
-Phase = Literal["Pending", "Creating", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-
-
 class Condition(_Status):
     type: str = Field(..., description="Created, Running, Restarting, Succeeded, Failed, Suspended, ...")
     status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
@@ -288,13 +313,25 @@ class Tracking(_Status):
     )
     pods: dict[str, str] = Field(
         default_factory=dict,
-        description=("Parameter server and worker pods, name to uid/trainer restarts/sidecar restarts."),
+        description=(
+            "Parameter server, worker and evaluator pods, name to uid/trainer restarts/sidecar restarts."
+        ),
+    )
+    start_errors: dict[str, str] | None = Field(
+        None,
+        alias="startErrors",
+        description=(
+            "Pods whose container cannot start (image pull or container config errors), name to "
+            "uid/trainer restarts/first seen (RFC 3339), then /told once recorded. The API gives a "
+            "waiting state no time, so startupErrorGraceSeconds runs from when the operator first "
+            "saw it."
+        ),
     )
 
 
 class PSTrainingJobStatus(_Status):
     phase: Phase = Field(
-        "Pending", description="Pending, Creating, Running, Restarting, Succeeded, Failed or Suspended."
+        Phase.PENDING, description="Pending, Creating, Running, Restarting, Succeeded, Failed or Suspended."
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Latest observations of the job's state, one per type."

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from psoperator.api import Condition
+from psoperator.vocabulary import ConditionType
 
 # The order conditions are listed in, so status is stable across reconciles.
-ORDER = ("Created", "Running", "Restarting", "Suspended", "Stalled", "SizingWarning", "Succeeded", "Failed")
+ORDER: tuple[str, ...] = tuple(ConditionType)
 
 
 def set_condition(

@@ -11,7 +11,8 @@ Immutable after creation: image, port, chief, ps (replicas included), worker (re
 evaluator, checkpoint, scheduling, model, failurePolicy.connectTimeoutSeconds (it is in every
 pod's environment). Mutable: all of runPolicy (suspend, activeDeadlineSeconds,
 ttlSecondsAfterFinished, cleanPodPolicy) and the rest of failurePolicy (maxRestarts,
-permanentExitCodes, stallTimeoutSeconds, startupErrorGraceSeconds), which only the operator reads.
+permanentExitCodes, workerPermanentExit, stallTimeoutSeconds, schedulingTimeoutSeconds,
+startupErrorGraceSeconds), which only the operator reads.
 
 `python -m psoperator.crd` prints the CRD; `--write` writes it into crds/ and the Helm chart.
 """

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-PHASES = ("Pending", "Creating", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+from psoperator.vocabulary import Phase
+
+PHASES: tuple[str, ...] = tuple(Phase)
 
 
 @dataclass

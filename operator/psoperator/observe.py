@@ -65,6 +65,27 @@ def _termination(state: Any) -> Termination | None:
 
 
 @dataclass(frozen=True)
+class Unscheduled:
+    """A pod's PodScheduled=False condition: why (Unschedulable, SchedulingGated), the scheduler's
+    message and since when (the condition's lastTransitionTime)."""
+
+    reason: str
+    message: str
+    since: str | None
+
+
+def _unscheduled(conditions: list[Obj]) -> Unscheduled | None:
+    scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") != "False":
+        return None
+    return Unscheduled(
+        reason=str(scheduled.get("reason") or "Unschedulable"),
+        message=str(scheduled.get("message") or ""),
+        since=scheduled.get("lastTransitionTime"),
+    )
+
+
+@dataclass(frozen=True)
 class PodView:
     name: str
     uid: str
@@ -87,6 +108,7 @@ class PodView:
     created: str | None = None
     # Restart counts of the other containers (istio-proxy, fluent-bit, ...), by name.
     sidecar_restarts: dict[str, int] = field(default_factory=dict)
+    unscheduled: Unscheduled | None = None  # the scheduler has not placed it yet, and says why
 
     @property
     def running(self) -> bool:
@@ -172,6 +194,7 @@ def parse_pod(pod: Obj) -> PodView:
         pod_reason=status.get("reason"),
         created=meta.get("creationTimestamp"),
         sidecar_restarts={str(s.get("name")): _int(s.get("restartCount")) or 0 for s in sidecars},
+        unscheduled=_unscheduled(conditions),
     )
 
 
@@ -223,6 +246,21 @@ class Observed:
         return sorted(
             (p for p in self.pods if p.role is role), key=lambda p: (p.index is None, p.index, p.name)
         )
+
+    def running(self, role: Role) -> list[PodView]:
+        """The role's pods that run and are not going away."""
+        return [p for p in self.role_pods(role) if p.running]
+
+    def current_pods(self, attempt: int) -> list[PodView]:
+        """The current attempt's chief pod, then every pod of the other roles."""
+        chief = self.chief_pod(attempt)
+        others = [p for role in Role if role is not Role.CHIEF for p in self.role_pods(role)]
+        return [*([chief] if chief is not None else []), *others]
+
+    def current_chief_job(self, attempt: int) -> JobView | None:
+        """The chief Job of this attempt (being deleted or not); None while only an older one exists."""
+        job = self.chief_job
+        return job if job is not None and job.attempt == attempt else None
 
     def chief_pod(self, attempt: int) -> PodView | None:
         """The newest live pod of the chief's current attempt."""

@@ -4,51 +4,269 @@ The kopf layer fetches, calls `plan_reconcile`, writes the status once, then app
 and emits the events. Writing the status before acting makes every recovery exactly-once: the
 restart counter in the status names the chief attempt that must exist, so an operator that dies
 half-way through a restart finishes it after a restart instead of doing it twice.
+
+The decision is a sequence of named stages on one draft (see draft.py), in the spirit of jobset's
+reconcile: each reads the job's spec and the draft, writes the draft, and says whether the
+reconcile is decided (True: the job has ended or is suspended) or goes on to the next stage.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, PSTrainingJobStatus, Tracking
-from psoperator.conditions import is_true, set_condition
+from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
-from psoperator.observe import Observed
-from psoperator.policies import deadline, recovery, stall, success, ttl
-from psoperator.policies.recovery import Failure, RecoveryAction
-from psoperator.render import RenderOptions
-from psoperator.sizing import SizingLevel, check_ps_memory, suggestion_for_oom
+from psoperator.draft import Draft, Event, ReconcilePlan
+from psoperator.observe import START_ERRORS, Observed
+from psoperator.policies import deadline, recovery, scheduling, stall, success, ttl
+from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
+from psoperator.sizing import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
 from psoperator.timeutil import format_time
+from psoperator.vocabulary import FINISHED_PHASES, ConditionType, Phase
+
+__all__ = ["STAGES", "Event", "ReconcilePlan", "plan_reconcile"]
 
 Obj = dict[str, Any]
+# A stage: True when the reconcile is decided and the later stages must not run.
+Stage = Callable[[PSTrainingJobSpec, Draft], bool]
+DECIDED, GO_ON = True, False
 
 
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
+def _end(spec: PSTrainingJobSpec, d: Draft, phase: Phase, reason: str, message: str, *, stop: bool) -> bool:
+    """The job ends: nothing is created any more; with `stop` the long-running roles are scaled down.
+
+    `stop` is False only when the job never started (nothing to stop, and no children wanted).
+    """
+    d.end(phase, reason, message)
+    d.render = d.options(stopped=success.stop_pods_after_finish(spec)) if stop else None
+    d.create_missing = False
+    d.requeue_after = ttl.seconds_left(spec, d.status, d.now)
+    return DECIDED
 
 
-@dataclass(frozen=True)
-class ReconcilePlan:
-    status: Obj
-    render: RenderOptions | None  # None: no children wanted (invalid spec)
-    events: list[Event] = field(default_factory=list)
-    delete_job: bool = False
-    requeue_after: float | None = None
-    restarted: bool = False
-    # (role, reason) of every pod failure seen in this reconcile, for the metrics.
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    # False once the job has ended: children are still patched (scaled down) but none is created or
-    # replaced, so a chief Job deleted after the end does not come back to run against stopped PS.
-    create_missing: bool = True
+def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """A finished job: nothing to decide, only clean-up (per cleanPodPolicy) and the TTL."""
+    if d.old.phase not in FINISHED_PHASES:
+        return GO_ON
+    d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
+    left = ttl.seconds_left(spec, d.status, d.now)
+    d.render = d.options(stopped=success.stop_pods_after_finish(spec))
+    d.create_missing = False
+    d.delete_job = left is not None and left <= 0
+    d.requeue_after = max(left, 0.0) if left is not None else None
+    return DECIDED
+
+
+def admit_sizing(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Admission-time sizing, once: before anything starts, so undersized PS do not OOM days later."""
+    verdict = check_ps_memory(spec)
+    if spec.model is not None and not any(c.type == ConditionType.SIZING_WARNING for c in d.old.conditions):
+        warn = verdict.level is not SizingLevel.OK
+        event = Event("Warning", "SizingWarning", verdict.message)
+        d.condition(ConditionType.SIZING_WARNING, warn, verdict.reason, verdict.message, event=event)
+    if verdict.level is SizingLevel.REFUSE and d.old.phase == Phase.PENDING:
+        message = f"{verdict.message}; not starting because spec.model.enforce is true"
+        return _end(spec, d, Phase.FAILED, "Undersized", message, stop=False)
+    return GO_ON
+
+
+def suspend_or_resume(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """runPolicy.suspend deletes every pod; clearing it resumes from the latest checkpoint."""
+    if spec.run_policy.suspend:
+        why = "runPolicy.suspend is true"
+        d.enter(Phase.SUSPENDED, event=Event("Normal", "Suspended", f"{why}: the job's pods are deleted"))
+        d.status.start_time = None  # the deadline counts running time only
+        d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
+        d.condition(ConditionType.SUSPENDED, True, "Suspended", why)
+        d.condition(ConditionType.RUNNING, False, "Suspended", why)
+        d.render = d.options(suspended=True)
+        return DECIDED
+    if d.old.phase == Phase.SUSPENDED:
+        event = Event("Normal", "Resumed", "resuming from the latest checkpoint")
+        d.condition(ConditionType.SUSPENDED, False, "Resumed", "runPolicy.suspend is false", event=event)
+    d.status.start_time = d.status.start_time or d.stamp
+    return GO_ON
+
+
+def enforce_deadline(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    left = deadline.seconds_left(spec, d.status, d.now)
+    if left is None or left > 0:
+        return GO_ON
+    limit = spec.run_policy.active_deadline_seconds
+    message = f"the job ran for longer than runPolicy.activeDeadlineSeconds ({limit}s)"
+    d.status.last_failure = FailureRecord(
+        role="job", reason="DeadlineExceeded", message=message, time=d.stamp
+    )
+    return _end(spec, d, Phase.FAILED, "DeadlineExceeded", message, stop=True)
+
+
+def detect_success(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    if not success.chief_succeeded(d.observed, d.status.restarts):
+        return GO_ON
+    step = f" at step {d.status.step}" if d.status.step is not None else ""
+    return _end(spec, d, Phase.SUCCEEDED, "ChiefCompleted", f"the chief completed{step}", stop=True)
+
+
+def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Pods the scheduler cannot place: the Unschedulable condition, then the scheduling timeout."""
+    waiting = scheduling.unscheduled(d.observed, d.status.restarts)
+    if not waiting:
+        if is_true(d.status.conditions, ConditionType.UNSCHEDULABLE):
+            d.condition(ConditionType.UNSCHEDULABLE, False, "Scheduled", "every pod is scheduled")
+        return GO_ON
+    message = scheduling.describe(waiting)
+    event = Event("Warning", "Unschedulable", message)
+    d.condition(ConditionType.UNSCHEDULABLE, True, "Unschedulable", message, event=event)
+    late = scheduling.timed_out(spec, waiting, d.now)
+    if late is None:
+        return GO_ON
+    cause = scheduling.as_failure(late)
+    d.status.last_failure = _record(replace(cause, reason="Unschedulable"), d.stamp)
+    timeout = spec.failure_policy.scheduling_timeout_seconds
+    why = f"{cause.describe()}; not scheduled within failurePolicy.schedulingTimeoutSeconds ({timeout}s)"
+    return _end(spec, d, Phase.FAILED, "Unschedulable", why, stop=True)
+
+
+def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """The recovery policy's decision, carried out on the draft (progress already merged in, so a
+    chief that wrote a checkpoint and then failed made progress)."""
+    decision = recovery.decide(spec, d.status, d.observed, d.now)
+    _record_failures(d, decision)
+    if decision.action is RecoveryAction.FAIL:
+        return _end(spec, d, Phase.FAILED, decision.reason, decision.message, stop=True)
+    if decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT:
+        status = d.status
+        d.restarted = True
+        status.counted_restarts = decision.counted_restarts
+        status.restarts = d.old.restarts + 1
+        status.restart_checkpoint_step = status.checkpoint.step if status.checkpoint else None
+        # Every restart is told, not only the first of a series: no flip needed.
+        d.events.append(Event("Warning", decision.reason, decision.message))
+        d.condition(ConditionType.RESTARTING, True, decision.reason, decision.message)
+    return GO_ON
+
+
+def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
+    """Every failure seen goes to the metrics; tolerated ones get an event; the cause goes to lastFailure."""
+    seen = list(decision.recorded)
+    if decision.failure is not None and decision.failure not in seen:
+        seen.append(decision.failure)
+    d.failures.extend((f.role.value, f.reason) for f in seen)
+    d.events.extend(_recorded_event(failure) for failure in decision.recorded)
+    if decision.failure is not None:
+        d.status.last_failure = _record(decision.failure, d.stamp)
+
+
+def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """What to watch next time, and the per-role counts `kubectl get` shows."""
+    d.status.tracking = recovery.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
+    grace = spec.failure_policy.startup_error_grace_seconds
+    stuck = recovery.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
+    d.status.tracking.start_errors = stuck or None  # none: the field goes away
+    new_failures = Counter(Role(role) for role, _ in d.failures)
+    d.status.replica_statuses = replica_statuses(
+        spec, d.observed, d.old.replica_statuses, new_failures, d.status.restarts
+    )
+    ps, workers = d.status.replica_statuses["ps"], d.status.replica_statuses["worker"]
+    d.status.ps_ready = f"{ps.ready}/{ps.desired}"
+    d.status.workers_ready = f"{workers.ready}/{workers.desired}"
+    return GO_ON
+
+
+def set_phase(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """The phase of a job that runs, and the conditions that follow from it."""
+    old, status = d.old, d.status
+    restarting = d.restarted or (status.restarts > 0 and is_true(old.conditions, ConditionType.RESTARTING))
+    phase = Phase.RESTARTING if d.restarted else running_phase(spec, d.observed, status.restarts, restarting)
+    if d.observed.children:
+        message = "Services, StatefulSets and the chief Job exist"
+        d.condition(ConditionType.CREATED, True, "ChildrenCreated", message)
+    if phase is Phase.RUNNING:
+        message = "the chief and every parameter server are running"
+        d.condition(ConditionType.RUNNING, True, "AllRolesRunning", message)
+        d.enter(phase, event=Event("Normal", "Running", message))
+        if is_true(old.conditions, ConditionType.RESTARTING):
+            resumed = status.resumed_from_step
+            back = f"resumed from step {resumed}" if resumed is not None else "the chief runs again"
+            d.condition(ConditionType.RESTARTING, False, "Recovered", back)
+        return GO_ON
+    if phase is Phase.RESTARTING:
+        message = "the chief is restarting from the latest checkpoint"
+        d.condition(ConditionType.RUNNING, False, "Restarting", message)
+    d.enter(phase)
+    return GO_ON
+
+
+def detect_stall(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Stalled: the step has not moved for stallTimeoutSeconds while every pod runs (off when unset)."""
+    timeout = spec.failure_policy.stall_timeout_seconds
+    everything_runs = all_running(spec, d.observed, d.status.restarts)
+    if d.status.step_time is None and everything_runs:
+        d.status.step_time = d.stamp
+    stalled = stall.is_stalled(spec, d.status.step_time, everything_runs, d.now)
+    # Set only when it changes: a job that never stalled carries no Stalled condition.
+    if timeout is None or stalled == is_true(d.status.conditions, ConditionType.STALLED):
+        return GO_ON
+    if stalled:
+        message = f"the step has stayed at {d.status.step} for {timeout}s while every pod runs"
+        event = Event("Warning", "Stalled", message)
+        d.condition(ConditionType.STALLED, True, "NoProgress", message, event=event)
+    else:
+        d.condition(ConditionType.STALLED, False, "Progressing", "the step advances")
+    return GO_ON
+
+
+STAGES: tuple[Stage, ...] = (
+    when_finished,
+    admit_sizing,
+    suspend_or_resume,
+    enforce_deadline,
+    detect_success,
+    watch_scheduling,
+    recover,
+    count_replicas,
+    set_phase,
+    detect_stall,
+)
+
+
+def plan_reconcile(
+    job: Obj,
+    observed: Observed,
+    report: ProgressReport | None,
+    now: datetime,
+    *,
+    cluster_domain: str = "cluster.local",
+) -> ReconcilePlan:
+    d = Draft.start(job, observed, now, cluster_domain)
+    try:
+        spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})
+    except ValidationError as error:
+        refuse_invalid_spec(d, error)
+        return d.plan()
+    _merge_progress(d.status, report, d.stamp)
+    for stage in STAGES:
+        if stage(spec, d) is DECIDED:
+            break
+    else:  # the job runs on: the children of the current attempt, and a wake-up for the deadline
+        d.render = d.options()
+        d.requeue_after = deadline.seconds_left(spec, d.status, d.now)
+    return d.plan()
+
+
+def refuse_invalid_spec(d: Draft, error: ValidationError) -> None:
+    """A spec the models refuse (the CRD schema should have): Failed once, and no children."""
+    message = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())[:1024]
+    if d.old.phase != Phase.FAILED:
+        d.end(Phase.FAILED, "InvalidSpec", message)
 
 
 def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, now: str) -> None:
@@ -68,17 +286,14 @@ def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, 
         )
 
 
-def _record(failure: Failure, now: str, suggestion: str | None = None) -> FailureRecord:
-    message = failure.message
-    if suggestion and failure.role is Role.PS and failure.reason == "OOMKilled":
-        message = f"{message}; {suggestion}".strip("; ")
+def _record(failure: Failure, now: str) -> FailureRecord:
     return FailureRecord(
         role=failure.role.value,
         index=failure.index,
         pod=failure.pod or None,
         exitCode=failure.exit_code,
         reason=failure.reason,
-        message=message,
+        message=failure.message,
         time=now,
     )
 
@@ -88,200 +303,10 @@ def _recorded_event(failure: Failure) -> Event:
     if failure.sidecar:
         return Event("Warning", "SidecarRestarted", failure.describe())
     message = failure.describe()
-    if failure.role is Role.WORKER:
+    if failure.role in TOLERATED_ROLES and failure.reason in START_ERRORS:
+        message = f"{message}; it cannot start, training goes on without it"
+    elif failure.role is Role.WORKER:
         message = f"{message}; the StatefulSet replaces it, training goes on"
+    elif failure.role is Role.EVALUATOR:
+        message = f"{message}; its Job restarts it (up to failurePolicy.maxRestarts), training goes on"
     return Event("Warning", f"{failure.role.value.capitalize()}Failed", message)
-
-
-def _finish(
-    status: PSTrainingJobStatus, phase: str, reason: str, message: str, now: str, gen: int | None
-) -> None:
-    status.phase = phase  # type: ignore[assignment]
-    status.completion_time = status.completion_time or now
-    for type_ in ("Running", "Restarting", "Stalled"):
-        status.conditions = set_condition(
-            status.conditions, type_, False, reason, message, now=now, generation=gen
-        )
-    status.conditions = set_condition(
-        status.conditions, phase, True, reason, message, now=now, generation=gen
-    )
-
-
-def plan_reconcile(
-    job: Obj,
-    observed: Observed,
-    report: ProgressReport | None,
-    now: datetime,
-    *,
-    cluster_domain: str = "cluster.local",
-) -> ReconcilePlan:
-    meta = job.get("metadata", {})
-    gen = meta.get("generation")
-    stamp = format_time(now)
-    old = PSTrainingJobStatus.model_validate(job.get("status") or {})
-    status = old.model_copy(deep=True)
-    status.observed_generation = gen
-    events: list[Event] = []
-
-    try:
-        spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})
-    except ValidationError as error:
-        message = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())[:1024]
-        if old.phase != "Failed":
-            _finish(status, "Failed", "InvalidSpec", message, stamp, gen)
-            events.append(Event("Warning", "InvalidSpec", message))
-        return ReconcilePlan(status.model_dump(by_alias=True, exclude_none=True), None, events)
-
-    _merge_progress(status, report, stamp)
-    options = RenderOptions(cluster_domain=cluster_domain, attempt=status.restarts)
-    # Finished: the long-running roles stop (per cleanPodPolicy); the chief Job stays as it ended.
-    finished_options = RenderOptions(
-        cluster_domain=cluster_domain, attempt=status.restarts, stopped=success.stop_pods_after_finish(spec)
-    )
-
-    failures: list[tuple[str, str]] = []
-
-    def done(render: RenderOptions | None, **extra: Any) -> ReconcilePlan:
-        return ReconcilePlan(
-            status.model_dump(by_alias=True, exclude_none=True), render, events, failures=failures, **extra
-        )
-
-    def finish(phase: str, reason: str, message: str, render: RenderOptions | None) -> ReconcilePlan:
-        _finish(status, phase, reason, message, stamp, gen)
-        events.append(
-            Event(
-                "Normal" if phase == "Succeeded" else "Warning",
-                phase if phase == "Succeeded" else reason,
-                message,
-            )
-        )
-        return done(render, requeue_after=ttl.seconds_left(spec, status, now), create_missing=False)
-
-    # Finished: nothing to decide, only clean-up and the TTL.
-    if old.phase in ttl.FINISHED_PHASES:
-        status.tracking = Tracking()  # pods go away on purpose: nothing to track
-        left = ttl.seconds_left(spec, status, now)
-        return done(
-            finished_options,
-            delete_job=left is not None and left <= 0,
-            requeue_after=max(left, 0.0) if left is not None else None,
-            create_missing=False,
-        )
-
-    def condition(type_: str, value: bool, reason: str, message: str = "") -> None:
-        status.conditions = set_condition(
-            status.conditions, type_, value, reason, message, now=stamp, generation=gen
-        )
-
-    # Admission-time sizing: before anything starts, so undersized PS do not OOM days later.
-    verdict = check_ps_memory(spec)
-    if spec.model is not None and not any(c.type == "SizingWarning" for c in old.conditions):
-        warn = verdict.level is not SizingLevel.OK
-        condition("SizingWarning", warn, verdict.reason, verdict.message)
-        if warn:
-            events.append(Event("Warning", "SizingWarning", verdict.message))
-    if verdict.level is SizingLevel.REFUSE and old.phase in ("Pending", "Failed"):
-        message = f"{verdict.message}; not starting because spec.model.enforce is true"
-        return finish("Failed", "Undersized", message, None)
-
-    if spec.run_policy.suspend:
-        if old.phase != "Suspended":
-            events.append(
-                Event("Normal", "Suspended", "runPolicy.suspend is true: the job's pods are deleted")
-            )
-        status.phase = "Suspended"
-        status.start_time = None
-        status.tracking = Tracking()  # pods go away on purpose: nothing to track
-        condition("Suspended", True, "Suspended", "runPolicy.suspend is true")
-        condition("Running", False, "Suspended", "runPolicy.suspend is true")
-        return done(RenderOptions(cluster_domain=cluster_domain, attempt=status.restarts, suspended=True))
-    if old.phase == "Suspended":
-        events.append(Event("Normal", "Resumed", "resuming from the latest checkpoint"))
-        condition("Suspended", False, "Resumed", "runPolicy.suspend is false")
-    status.start_time = status.start_time or stamp
-
-    left = deadline.seconds_left(spec, status, now)
-    if left is not None and left <= 0:
-        limit = spec.run_policy.active_deadline_seconds
-        message = f"the job ran for longer than runPolicy.activeDeadlineSeconds ({limit}s)"
-        status.last_failure = FailureRecord(
-            role="job", reason="DeadlineExceeded", message=message, time=stamp
-        )
-        return finish("Failed", "DeadlineExceeded", message, finished_options)
-
-    if success.chief_succeeded(observed, status.restarts):
-        step = f" at step {status.step}" if status.step is not None else ""
-        return finish("Succeeded", "ChiefCompleted", f"the chief completed{step}", finished_options)
-
-    # With this reconcile's progress merged in: a chief that wrote a checkpoint and then failed made progress.
-    decision = recovery.decide(spec, status, observed, now)
-    seen = list(decision.recorded)
-    if decision.failure is not None and decision.failure not in seen:
-        seen.append(decision.failure)
-    failures.extend((f.role.value, f.reason) for f in seen)
-    new_failures = Counter(f.role for f in seen)
-    events.extend(_recorded_event(failure) for failure in decision.recorded)
-    if decision.failure is not None:
-        status.last_failure = _record(decision.failure, stamp, suggestion_for_oom(spec))
-
-    restarted = decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT
-    if decision.action is RecoveryAction.FAIL:
-        return finish("Failed", decision.reason, decision.message, finished_options)
-    if restarted:
-        progressed = recovery.made_progress(status)
-        status.counted_restarts = (0 if progressed else old.counted_restarts) + (1 if decision.counted else 0)
-        status.restarts = old.restarts + 1
-        status.restart_checkpoint_step = status.checkpoint.step if status.checkpoint else None
-        options = RenderOptions(cluster_domain=cluster_domain, attempt=status.restarts)
-        events.append(Event("Warning", decision.reason, decision.message))
-        condition("Restarting", True, decision.reason, decision.message)
-
-    status.tracking = recovery.next_tracking(old, observed, spec.ps.replicas, restarted)
-    status.replica_statuses = replica_statuses(
-        spec, observed, old.replica_statuses, new_failures, status.restarts
-    )
-    ps, workers = status.replica_statuses["ps"], status.replica_statuses["worker"]
-    status.ps_ready, status.workers_ready = f"{ps.ready}/{ps.desired}", f"{workers.ready}/{workers.desired}"
-
-    restarting = restarted or (status.restarts > 0 and is_true(old.conditions, "Restarting"))
-    phase = running_phase(spec, observed, status.restarts, restarting) if not restarted else "Restarting"
-    if observed.children:
-        condition("Created", True, "ChildrenCreated", "Services, StatefulSets and the chief Job exist")
-    if phase == "Running":
-        if old.phase != "Running":
-            events.append(Event("Normal", "Running", "the chief and every parameter server are running"))
-        condition("Running", True, "AllRolesRunning", "the chief and every parameter server are running")
-        if is_true(old.conditions, "Restarting"):
-            condition(
-                "Restarting",
-                False,
-                "Recovered",
-                f"resumed from step {status.resumed_from_step}"
-                if status.resumed_from_step is not None
-                else "the chief runs again",
-            )
-    elif phase == "Restarting":
-        condition("Running", False, "Restarting", "the chief is restarting from the latest checkpoint")
-    status.phase = phase  # type: ignore[assignment]
-
-    everything_runs = all_running(spec, observed, status.restarts)
-    if status.step_time is None and everything_runs:
-        status.step_time = stamp
-    stalled = stall.is_stalled(spec, status.step_time, everything_runs, now)
-    if (
-        stalled != is_true(old.conditions, "Stalled")
-        and spec.failure_policy.stall_timeout_seconds is not None
-    ):
-        message = (
-            (
-                f"the step has stayed at {status.step} for {spec.failure_policy.stall_timeout_seconds}s "
-                "while every pod runs"
-            )
-            if stalled
-            else "the step advances"
-        )
-        condition("Stalled", stalled, "NoProgress" if stalled else "Progressing", message)
-        if stalled:
-            events.append(Event("Warning", "Stalled", message))
-
-    return done(options, requeue_after=deadline.seconds_left(spec, status, now), restarted=restarted)

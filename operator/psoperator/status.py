@@ -5,6 +5,7 @@ from __future__ import annotations
 from psoperator.api import PSTrainingJobSpec, ReplicaStatus
 from psoperator.contract import Role
 from psoperator.observe import Observed
+from psoperator.vocabulary import Phase
 
 
 def replica_statuses(
@@ -34,18 +35,21 @@ def replica_statuses(
 
 def all_running(spec: PSTrainingJobSpec, observed: Observed, attempt: int) -> bool:
     """The chief of the current attempt, every parameter server and every worker run."""
+    workers_up = len(observed.running(Role.WORKER)) == spec.worker.replicas
+    return chief_and_ps_run(spec, observed, attempt) and workers_up
+
+
+def chief_and_ps_run(spec: PSTrainingJobSpec, observed: Observed, attempt: int) -> bool:
+    """What training needs: the chief of the current attempt and every parameter server run."""
     chief = observed.chief_pod(attempt)
-    ps = sum(1 for p in observed.role_pods(Role.PS) if p.running)
-    workers = sum(1 for p in observed.role_pods(Role.WORKER) if p.running)
-    return chief is not None and chief.running and ps == spec.ps.replicas and workers == spec.worker.replicas
+    ps_up = len(observed.running(Role.PS)) == spec.ps.replicas
+    return chief is not None and chief.running and ps_up
 
 
-def running_phase(spec: PSTrainingJobSpec, observed: Observed, attempt: int, restarting: bool) -> str:
+def running_phase(spec: PSTrainingJobSpec, observed: Observed, attempt: int, restarting: bool) -> Phase:
     """Phase of a job that is neither finished nor suspended."""
     if not observed.children:
-        return "Pending"
-    chief = observed.chief_pod(attempt)
-    ps_up = sum(1 for p in observed.role_pods(Role.PS) if p.running) == spec.ps.replicas
-    if chief is not None and chief.running and ps_up:
-        return "Running"
-    return "Restarting" if restarting else "Creating"
+        return Phase.PENDING
+    if chief_and_ps_run(spec, observed, attempt):
+        return Phase.RUNNING
+    return Phase.RESTARTING if restarting else Phase.CREATING

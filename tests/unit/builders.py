@@ -6,9 +6,8 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psoperator.contract import Role
 from psoperator.observe import Observed, parse_job, parse_pod
-from psoperator.policies.recovery import track_entry
+from psoperator.policies.recovery import TRACKED_ROLES, track_entry
 from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
 from psoperator.timeutil import format_time
 
@@ -62,9 +61,11 @@ def pod(
     created: datetime = NOW - timedelta(minutes=10),
     ip: str | None = "10.0.0.1",
     sidecar: Obj | None = None,
+    unschedulable: str | None = None,
 ) -> Obj:
     """A pod as the API shows it; `sidecar` adds the status of a `fluent-bit` container, which the
-    kubelet lists before the trainer's (it sorts statuses by container name)."""
+    kubelet lists before the trainer's (it sorts statuses by container name); `unschedulable` is the
+    scheduler's message of a PodScheduled=False condition since the pod's creation."""
     name = f"{JOB}-{role}-{index}" if role != "chief" else f"{JOB}-chief-{attempt or 0}x"
     labels = {LABEL_JOB: JOB, LABEL_ROLE: role, "apps.kubernetes.io/pod-index": str(index)}
     if attempt is not None:
@@ -77,6 +78,9 @@ def pod(
     conditions = [{"type": "Ready", "status": "True" if ready and phase == "Running" else "False"}]
     if disruption:
         conditions.append({"type": "DisruptionTarget", "status": "True", "reason": disruption})
+    if unschedulable is not None:
+        scheduled = {"status": "False", "reason": "Unschedulable", "message": unschedulable}
+        conditions.append({"type": "PodScheduled", **scheduled, "lastTransitionTime": format_time(created)})
     meta: Obj = {
         "name": name,
         "uid": uid or f"{name}-uid",
@@ -149,5 +153,5 @@ def running_cluster(attempt: int = 0, ps_restarts: int = 0) -> list[Obj]:
 
 def tracking_of(pods: list[Obj]) -> Obj:
     views = [parse_pod(p) for p in pods]
-    entries = {v.name: track_entry(v) for v in views if v.role in (Role.PS, Role.WORKER)}
+    entries = {v.name: track_entry(v) for v in views if v.role in TRACKED_ROLES}
     return {"psEstablished": True, "pods": entries}

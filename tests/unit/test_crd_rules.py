@@ -241,7 +241,9 @@ def test_an_image_set_at_creation_cannot_be_removed() -> None:
         ("spec.runPolicy.cleanPodPolicy", "None"),
         ("spec.failurePolicy.maxRestarts", 10),
         ("spec.failurePolicy.permanentExitCodes", [2]),
+        ("spec.failurePolicy.workerPermanentExit", "Record"),
         ("spec.failurePolicy.stallTimeoutSeconds", 900),
+        ("spec.failurePolicy.schedulingTimeoutSeconds", 900),
         ("spec.failurePolicy.startupErrorGraceSeconds", 60),
     ],
 )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from psoperator.observe import parse_pod
 from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER
-from tests.unit.builders import pod
+from psoperator.timeutil import format_time
+from tests.unit.builders import NOW, pod
 
 OOM = {"exitCode": 137, "reason": "OOMKilled", "message": ""}
 
@@ -51,3 +52,15 @@ def test_a_pod_without_statuses_yet() -> None:
     del raw["status"]["containerStatuses"]
     view = parse_pod(raw)
     assert (view.restarts, view.sidecar_restarts, view.terminated) == (0, {}, None)
+
+
+def test_an_unschedulable_pod_says_why_and_since_when() -> None:
+    message = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    view = parse_pod(pod("worker", 1, phase="Pending", unschedulable=message, created=NOW))
+    assert view.unscheduled is not None
+    assert (view.unscheduled.reason, view.unscheduled.message, view.unscheduled.since) == (
+        "Unschedulable",
+        message,
+        format_time(NOW),
+    )
+    assert parse_pod(pod("worker", 1)).unscheduled is None

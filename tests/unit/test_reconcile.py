@@ -387,3 +387,129 @@ def test_the_reconcile_that_ends_the_job_recreates_nothing_either() -> None:
         NOW,
     )
     assert plan.status["phase"] == "Failed" and not plan.create_missing
+
+
+def test_a_chief_that_exits_1_because_its_ps_was_oom_killed_restarts_with_the_ps_as_the_cause() -> None:
+    chief = pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 1, "reason": "Error"})
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    pods = [chief, pod("ps", 0, restarts=1, last_terminated=oom), *BASE[2:]]
+    plan = plan_reconcile(
+        with_status(job(), phase="Running", tracking=tracking_of(BASE)),
+        observed(pods, chief_job(failed="PodFailurePolicy")),
+        None,
+        NOW,
+    )
+    assert plan.restarted and plan.status["phase"] == "Restarting"
+    assert (plan.status["lastFailure"]["role"], plan.status["lastFailure"]["reason"]) == ("ps", "OOMKilled")
+    assert [e.reason for e in plan.events] == ["ChiefFailed", "ParameterServerLost"]
+    assert sorted(plan.failures) == [("chief", "Error"), ("ps", "OOMKilled")]
+
+
+def test_the_planners_figure_for_an_oom_killed_ps_reaches_the_status_and_the_event() -> None:
+    model = {"parameters": 4_000_000_000, "optimizer": "adam"}
+    small_ps = {
+        "replicas": 2,
+        "template": {
+            "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"memory": "1Gi"}}}]}
+        },
+    }
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+    pods = [
+        p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, restarts=1, last_terminated=oom)
+        for p in BASE
+    ]
+    plan = plan_reconcile(
+        with_status(job(model=model, ps=small_ps), phase="Running", tracking=tracking_of(BASE)),
+        observed(pods, chief_job()),
+        None,
+        NOW,
+    )
+    figure = "the planner estimates 28.4 GiB per PS for 2 PS"
+    assert figure in plan.status["lastFailure"]["message"]
+    [restart] = [e for e in plan.events if e.reason == "ParameterServerLost"]
+    assert figure in restart.message
+
+
+def test_a_worker_whose_image_stops_pulling_after_a_restart_is_recorded_once_and_training_goes_on() -> None:
+    restarted = [p if p["metadata"]["name"] != "ctr-worker-1" else pod("worker", 1, restarts=2) for p in BASE]
+    stuck = [
+        p if p["metadata"]["name"] != "ctr-worker-1" else pod("worker", 1, restarts=2, waiting="ErrImagePull")
+        for p in BASE
+    ]
+    status: dict[str, Any] = {"phase": "Running", "tracking": tracking_of(restarted)}
+    told: list[str] = []
+    for seconds, events in ((0, []), (299, []), (300, ["WorkerFailed"]), (600, [])):
+        plan = plan_reconcile(
+            with_status(job(), **status), observed(stuck, chief_job()), None, NOW + timedelta(seconds=seconds)
+        )
+        assert plan.status["phase"] == "Running", seconds
+        assert [e.reason for e in plan.events] == events, seconds
+        told += [e.message for e in plan.events]
+        status = plan.status
+    assert status["lastFailure"]["reason"] == "ErrImagePull" and status["lastFailure"]["role"] == "worker"
+    assert "cannot start, training goes on without it" in told[0]
+
+
+def test_an_evaluator_failure_is_an_event_and_nothing_restarts() -> None:
+    evaluator = {"template": {"spec": {"containers": [{"name": "trainer"}]}}}
+    healthy = [*BASE, pod("evaluator", 0)]
+    crashed = [*BASE, pod("evaluator", 0, restarts=1, last_terminated={"exitCode": 1, "reason": "Error"})]
+    plan = plan_reconcile(
+        with_status(job(evaluator=evaluator), phase="Running", tracking=tracking_of(healthy)),
+        observed(crashed, chief_job()),
+        None,
+        NOW,
+    )
+    assert not plan.restarted and plan.status["phase"] == "Running" and plan.status["restarts"] == 0
+    assert [e.reason for e in plan.events] == ["EvaluatorFailed"]
+    assert plan.status["lastFailure"]["role"] == "evaluator"
+    assert plan.status["replicaStatuses"]["evaluator"]["restarts"] == 1
+
+
+SCHEDULER = "0/4 nodes are available: 4 Insufficient memory."
+
+
+def _unschedulable_ps(since: timedelta = timedelta(0)) -> list[dict[str, Any]]:
+    stuck = pod("ps", 1, phase="Pending", unschedulable=SCHEDULER, created=NOW - since)
+    return [p if p["metadata"]["name"] != "ctr-ps-1" else stuck for p in BASE]
+
+
+def test_an_unschedulable_pod_is_a_condition_and_one_event() -> None:
+    plan = plan_reconcile(
+        with_status(job(), phase="Creating"), observed(_unschedulable_ps(), chief_job()), None, NOW
+    )
+    assert plan.status["phase"] == "Creating"
+    assert _conditions(plan.status)["Unschedulable"] == ("True", "Unschedulable")
+    [condition] = [c for c in plan.status["conditions"] if c["type"] == "Unschedulable"]
+    assert "ps 1 (ctr-ps-1)" in condition["message"] and SCHEDULER in condition["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Unschedulable")]
+    again = plan_reconcile(
+        {**job(), "status": plan.status}, observed(_unschedulable_ps(), chief_job()), None, NOW
+    )
+    assert again.events == [] and _conditions(again.status)["Unschedulable"][0] == "True"
+    scheduled = plan_reconcile({**job(), "status": again.status}, observed(BASE, chief_job()), None, NOW)
+    assert _conditions(scheduled.status)["Unschedulable"] == ("False", "Scheduled")
+
+
+def test_scheduling_timeout_fails_the_job_as_unschedulable() -> None:
+    spec = job(failurePolicy={"schedulingTimeoutSeconds": 300})
+    late = observed(_unschedulable_ps(timedelta(seconds=301)), chief_job())
+    plan = plan_reconcile(with_status(spec, phase="Creating"), late, None, NOW)
+    assert plan.status["phase"] == "Failed" and _conditions(plan.status)["Failed"] == (
+        "True",
+        "Unschedulable",
+    )
+    assert (plan.status["lastFailure"]["role"], plan.status["lastFailure"]["reason"]) == (
+        "ps",
+        "Unschedulable",
+    )
+    early = observed(_unschedulable_ps(timedelta(seconds=200)), chief_job())
+    assert plan_reconcile(with_status(spec, phase="Creating"), early, None, NOW).status["phase"] == "Creating"
+
+
+def test_an_unschedulable_worker_never_fails_the_job() -> None:
+    stuck = pod("worker", 1, phase="Pending", unschedulable=SCHEDULER, created=NOW - timedelta(hours=1))
+    pods = [p if p["metadata"]["name"] != "ctr-worker-1" else stuck for p in BASE]
+    spec = job(failurePolicy={"schedulingTimeoutSeconds": 300})
+    plan = plan_reconcile(with_status(spec, phase="Running"), observed(pods, chief_job()), None, NOW)
+    assert plan.status["phase"] == "Running" and _conditions(plan.status)["Unschedulable"][0] == "True"

@@ -14,8 +14,10 @@ from psoperator.policies.recovery import (
     classify_pod_failure,
     decide,
     detect_failures,
+    next_start_errors,
     next_tracking,
 )
+from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of
 
 
@@ -188,22 +190,64 @@ def test_progress_resets_the_budget() -> None:
     assert decision.counted is False
 
 
+def _seen_stuck(pods: list[dict[str, Any]], tracking: dict[str, Any], since: timedelta) -> dict[str, Any]:
+    """The tracking of a reconcile that first saw these pods unable to start `since` ago."""
+    seen = observed(pods, chief_job())
+    errors = next_start_errors(_status(tracking=tracking).tracking, seen, 0, NOW - since, 300)
+    return {**tracking, "startErrors": errors}
+
+
 def test_image_pull_error_fails_after_the_grace_period_only() -> None:
-    young = [
-        pod("chief", 0, attempt=0, waiting="ErrImagePull", created=NOW - timedelta(seconds=30)),
-        *BASE[1:],
-    ]
-    old = [
-        pod("chief", 0, attempt=0, waiting="ImagePullBackOff", created=NOW - timedelta(seconds=400)),
-        *BASE[1:],
-    ]
+    pods = [pod("chief", 0, attempt=0, waiting="ErrImagePull"), *BASE[1:]]
     spec = _spec(failurePolicy={"startupErrorGraceSeconds": 300})
+    young = _seen_stuck(pods, TRACKED, timedelta(seconds=30))
     assert (
-        decide(spec, _status(tracking=TRACKED), observed(young, chief_job()), NOW).action
+        decide(spec, _status(tracking=young), observed(pods, chief_job()), NOW).action is RecoveryAction.NONE
+    )
+    old = _seen_stuck(pods, TRACKED, timedelta(seconds=400))
+    decision = decide(spec, _status(tracking=old), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "StartupError")
+
+
+def test_the_grace_runs_from_the_waiting_state_not_from_the_pods_creation() -> None:
+    """A PS restarted in place whose image no longer pulls (a registry blip on :latest): its pod is
+    ten minutes old, its waiting state new."""
+    tracked = tracking_of(_with("ps", 1, restarts=1))
+    pods = _with("ps", 1, restarts=1, waiting="ErrImagePull")
+    spec = _spec(failurePolicy={"startupErrorGraceSeconds": 300})
+    first = decide(spec, _status(tracking=tracked), observed(pods, chief_job()), NOW)
+    assert first.action is RecoveryAction.NONE
+    seen = _seen_stuck(pods, tracked, timedelta(seconds=301))
+    decision = decide(spec, _status(tracking=seen), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "StartupError")
+
+
+def test_a_new_waiting_episode_starts_the_grace_again() -> None:
+    """The container ran in between (one more restart): the old sighting no longer counts."""
+    before = _with("ps", 1, restarts=1, waiting="ErrImagePull")
+    seen = _seen_stuck(before, tracking_of(_with("ps", 1, restarts=1)), timedelta(seconds=900))
+    again = _with("ps", 1, restarts=2, waiting="ImagePullBackOff")
+    errors = next_start_errors(_status(tracking=seen).tracking, observed(again, chief_job()), 0, NOW, 300)
+    assert errors["ctr-ps-1"].endswith(f"/2/{format_time(NOW)}")
+
+
+def test_a_worker_that_cannot_start_is_recorded_once_not_fatal() -> None:
+    tracked = tracking_of(_with("worker", 0, restarts=3))
+    pods = _with("worker", 0, restarts=3, waiting="ImagePullBackOff")
+    seen = _seen_stuck(pods, tracked, timedelta(seconds=301))
+    decision = decide(_spec(), _status(tracking=seen), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.RECORD, "WorkerLost")
+    assert decision.failure is not None and decision.failure.reason == "ImagePullBackOff"
+    told = {
+        **seen,
+        "startErrors": next_start_errors(
+            _status(tracking=seen).tracking, observed(pods, chief_job()), 0, NOW, 300
+        ),
+    }
+    assert (
+        decide(_spec(), _status(tracking=told), observed(pods, chief_job()), NOW).action
         is RecoveryAction.NONE
     )
-    decision = decide(spec, _status(tracking=TRACKED), observed(old, chief_job()), NOW)
-    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "StartupError")
 
 
 def test_classify_ignores_a_healthy_pod_and_unknown_objects() -> None:
@@ -301,3 +345,102 @@ def test_tracking_entries_from_before_sidecars_were_tracked_are_understood() -> 
     """An entry `uid/restarts` (older operator, restarts of every container): no failure is invented."""
     current = parse_pod(pod("ps", 0, restarts=1, sidecar={"restartCount": 2}))
     assert classify_pod_failure(f"{current.uid}/3", current) is None
+
+
+@pytest.mark.parametrize("code,job_reason", [(1, "PodFailurePolicy"), (138, "BackoffLimitExceeded")])
+def test_a_chief_failure_with_a_ps_loss_is_explained_by_it(code: int, job_reason: str) -> None:
+    """The PS is the cause: restart (not fail on the chief's permanent code), and record both."""
+    chief = pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": code, "reason": "Error"})
+    pods = [chief, *_with("ps", 1, restarts=1, last_terminated=OOM)[1:]]
+    decision = decide(_spec(), _status(tracking=TRACKED), observed(pods, chief_job(failed=job_reason)), NOW)
+    assert decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT
+    assert decision.reason == "ParameterServerLost" and decision.failure is not None
+    assert (decision.failure.role.value, decision.failure.reason) == ("ps", "OOMKilled")
+    assert [(f.role.value, f.exit_code) for f in decision.recorded] == [("chief", code)]
+    assert f"exit code {code}" in decision.message
+
+
+BUG = {"exitCode": 1, "reason": "Error", "message": "ZeroDivisionError"}
+
+
+def test_a_worker_that_exits_with_a_permanent_code_fails_the_job() -> None:
+    pods = _with("worker", 1, restarts=1, last_terminated=BUG)
+    decision = decide(_spec(), _status(tracking=TRACKED), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.FAIL, "PermanentExitCode")
+    assert decision.failure is not None
+    assert (decision.failure.role.value, decision.failure.index, decision.failure.exit_code) == (
+        "worker",
+        1,
+        1,
+    )
+    assert "ZeroDivisionError" in decision.message
+
+
+def test_a_worker_permanent_code_is_only_recorded_when_the_policy_says_so() -> None:
+    pods = _with("worker", 1, restarts=1, last_terminated=BUG)
+    spec = _spec(failurePolicy={"workerPermanentExit": "Record"})
+    decision = decide(spec, _status(tracking=TRACKED), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.RECORD, "WorkerLost")
+
+
+def test_a_worker_that_exits_1_with_a_ps_loss_is_explained_by_it() -> None:
+    pods = [
+        p for p in _with("worker", 0, restarts=1, last_terminated=BUG) if p["metadata"]["name"] != "ctr-ps-0"
+    ]
+    decision = decide(_spec(), _status(tracking=TRACKED), observed(pods, chief_job()), NOW)
+    assert (decision.action, decision.reason) == (
+        RecoveryAction.RESTART_FROM_CHECKPOINT,
+        "ParameterServerLost",
+    )
+
+
+WITH_EVALUATOR = [*BASE, pod("evaluator", 0)]
+
+
+def _evaluator(**changes: Any) -> list[dict[str, Any]]:
+    return [*BASE, pod("evaluator", 0, **changes)]
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param(_evaluator(restarts=1, last_terminated=BUG), id="permanent-code"),
+        pytest.param(_evaluator(restarts=1, last_terminated=OOM), id="oom-killed"),
+        pytest.param(
+            _evaluator(phase="Failed", terminated={"exitCode": 138, "reason": "Error"}), id="pod-failed"
+        ),
+        pytest.param(BASE, id="vanished"),
+    ],
+)
+def test_an_evaluator_failure_is_recorded_and_never_touches_training(pods: list[dict[str, Any]]) -> None:
+    spec = _spec(evaluator={"template": {"spec": {"containers": [{"name": "trainer"}]}}})
+    decision = decide(spec, _status(tracking=tracking_of(WITH_EVALUATOR)), observed(pods, chief_job()), NOW)
+    assert decision.action is RecoveryAction.RECORD
+    [failure] = decision.recorded
+    assert (failure.role.value, failure.pod) == ("evaluator", "ctr-evaluator-0")
+
+
+def test_an_evaluator_that_cannot_start_is_recorded_not_fatal() -> None:
+    tracked = tracking_of(WITH_EVALUATOR)
+    pods = _evaluator(waiting="ErrImagePull")
+    seen = _seen_stuck(pods, tracked, timedelta(seconds=400))
+    decision = decide(_spec(), _status(tracking=seen), observed(pods, chief_job()), NOW)
+    assert decision.action is RecoveryAction.RECORD
+    assert decision.failure is not None and decision.failure.role.value == "evaluator"
+
+
+def test_the_evaluator_is_tracked() -> None:
+    tracking = next_tracking(_status(), observed(WITH_EVALUATOR, chief_job()), 2, restarted=False)
+    assert "ctr-evaluator-0" in tracking.pods
+
+
+def test_a_chief_that_timed_out_waiting_for_an_unschedulable_ps_is_restarted_without_counting() -> None:
+    stuck = pod("ps", 1, phase="Pending", unschedulable="0/4 nodes are available: 4 Insufficient memory.")
+    chief = pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"})
+    pods = [chief, BASE[1], stuck, *BASE[3:]]
+    tracking = {**tracking_of(pods), "psEstablished": False}
+    status = _status(tracking=tracking, countedRestarts=5)
+    decision = decide(_spec(), status, observed(pods, chief_job(failed="BackoffLimitExceeded")), NOW)
+    assert (decision.action, decision.reason) == (RecoveryAction.RESTART_FROM_CHECKPOINT, "ChiefFailed")
+    assert not decision.counted and decision.counted_restarts == 5
+    assert "ctr-ps-1" in decision.message

@@ -4,31 +4,46 @@ TensorFlow's ParameterServerStrategy tolerates a lost worker (the coordinator re
 closures and the worker rejoins), but a lost parameter server takes its variables with it: the only
 correct recovery is to restart the chief, which restores every variable from the latest checkpoint.
 
-| observed                                             | action                    | counted          |
-|------------------------------------------------------|---------------------------|------------------|
-| worker failed, evicted, deleted, restarted in place   | RECORD (StatefulSet heals) | no               |
-| a sidecar of a PS or worker restarted in place       | RECORD (kubelet heals)    | no               |
-| PS failed, deleted, evicted, or restarted in place    | RESTART_FROM_CHECKPOINT   | yes* (not disruptions) |
-| chief exited with a retryable code                    | RESTART_FROM_CHECKPOINT   | yes*             |
-| chief exited with a permanent code / cannot start     | FAIL                      |                  |
-| restarts exhausted                                    | FAIL                      |                  |
+| observed (the first row that matches decides)             | action                     | counted     |
+|------------------------------------------------------------|----------------------------|-------------|
+| chief or PS cannot start for the grace period              | FAIL StartupError          |             |
+| PS failed, deleted, evicted, or restarted in place         | RESTART_FROM_CHECKPOINT    | yes** (a)   |
+|   (only RECORD before every PS ran with the current chief) |                            |             |
+| ... and the chief failed in the same reconcile             | RESTART (the PS the cause) | as the PS   |
+| worker exited with a permanent code (FailJob, the default) | FAIL PermanentExitCode     |             |
+| chief exited with a permanent code                         | FAIL PermanentExitCode     |             |
+| chief exited otherwise                                     | RESTART_FROM_CHECKPOINT    | yes** (a,b) |
+| restarts exhausted                                         | FAIL RestartsExhausted     |             |
+| worker failed, evicted, deleted, restarted, cannot start   | RECORD (StatefulSet heals) | no          |
+| evaluator failed, restarted, deleted, cannot start         | RECORD (its Job restarts)  | no          |
+| a sidecar of a PS or worker restarted in place             | RECORD (kubelet heals)     | no          |
 
-(*) unless a newer checkpoint was written since the previous restart: progress resets the budget.
+(a) not disruptions (eviction, preemption, node loss); (b) not while a PS is unscheduled.
+(**) unless a newer checkpoint was written since the previous restart: progress resets the budget.
 Only the training container's exit codes and restarts count (observe.py finds it by name); a
 sidecar's restart leaves the task's variables where they were.
-Every function here is pure: observed state and the job's status in, a decision out.
+Every function here is pure: observed state and the job's status in, a decision out. README.md's
+"Recovery" section has the same matrix with the reason each row gives; `RULES` apply it in order.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.contract import Role
 from psoperator.observe import START_ERRORS, Observed, PodView, Termination
-from psoperator.timeutil import parse_time
+from psoperator.sizing import suggestion_for_oom
+from psoperator.timeutil import format_time, parse_time
+
+# Roles whose loss training survives: the coordinator reschedules a worker's steps, and the
+# evaluator only reads checkpoints. Their failures are recorded, never a reason to restart.
+TOLERATED_ROLES = frozenset({Role.WORKER, Role.EVALUATOR})
+# Roles whose pods the operator tracks from one reconcile to the next (the chief has its Job).
+TRACKED_ROLES = (Role.PS, Role.WORKER, Role.EVALUATOR)
 
 
 class RecoveryAction(enum.Enum):
@@ -76,6 +91,8 @@ class RecoveryDecision:
     message: str = ""
     failure: Failure | None = None
     counted: bool = False
+    # Restarts counted against failurePolicy.maxRestarts once this decision is carried out.
+    counted_restarts: int = 0
     # Worker (and other tolerated) failures seen in this reconcile, recorded whatever the action.
     recorded: list[Failure] = field(default_factory=list)
 
@@ -178,7 +195,7 @@ def detect_failures(
         if failure is None and pod is None:
             # StatefulSet pods are named <job>-<role>-<ordinal>.
             _, role_text, index_text = ["", "", "", *name.rsplit("-", 2)][-3:]
-            role = Role.PS if role_text == Role.PS.value else Role.WORKER
+            role = Role(role_text) if role_text in TRACKED_ROLES else Role.WORKER
             index = int(index_text) if index_text.isdigit() else None
             failure = Failure(role, name, index, "Deleted", "the pod disappeared")
         if failure is not None:
@@ -195,16 +212,79 @@ def _chief_failure(pod: PodView | None, job_reason: str | None, job_message: str
     return _termination_failure(pod, pod.terminated, job_reason or "Failed")
 
 
-def startup_error(pod: PodView, now: datetime, grace_seconds: int) -> Failure | None:
-    """A container that cannot start (bad image, bad config) for longer than the grace period."""
-    if pod.waiting_reason not in START_ERRORS or pod.role is None:
+@dataclass(frozen=True)
+class StartError:
+    """A pod seen unable to start, as tracked: the episode (uid, restarts), since when, and whether told."""
+
+    uid: str
+    restarts: int
+    since: str
+    told: bool = False
+
+    @classmethod
+    def parse(cls, entry: str | None) -> StartError | None:
+        parts = (entry or "").split("/")
+        if len(parts) < 3 or not parts[1].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), parts[2], parts[3:] == ["told"])
+
+    def entry(self) -> str:
+        return "/".join([self.uid, str(self.restarts), self.since, *(["told"] if self.told else [])])
+
+    def overdue(self, now: datetime, grace_seconds: int) -> bool:
+        since = parse_time(self.since)
+        return since is None or (now - since).total_seconds() >= grace_seconds
+
+
+def start_error_of(tracking: Tracking, pod: PodView, now: datetime) -> StartError | None:
+    """The pod's current inability to start, continuing the tracked episode if it is the same one.
+
+    The API gives a waiting state no time and the pod's age says nothing after a restart in place,
+    so the grace period runs from when the operator first saw this episode (same pod, same restarts).
+    """
+    if pod.waiting_reason not in START_ERRORS:
         return None
-    created = parse_time(pod.created)
-    if created is None or (now - created).total_seconds() < grace_seconds:
-        return None
-    return Failure(
-        pod.role, pod.name, pod.index, pod.waiting_reason or "StartupError", pod.waiting_message[:512]
-    )
+    seen = StartError.parse((tracking.start_errors or {}).get(pod.name))
+    if seen is not None and (seen.uid, seen.restarts) == (pod.uid, pod.restarts):
+        return seen
+    return StartError(pod.uid, pod.restarts, format_time(now))
+
+
+def _tracked_pods(observed: Observed) -> list[PodView]:
+    return [p for role in TRACKED_ROLES for p in observed.role_pods(role)]
+
+
+def next_start_errors(
+    tracking: Tracking, observed: Observed, attempt: int, now: datetime, grace_seconds: int
+) -> dict[str, str]:
+    """The start errors to track after this reconcile; those past the grace period are told."""
+    result: dict[str, str] = {}
+    for pod in observed.current_pods(attempt):
+        error = start_error_of(tracking, pod, now)
+        if error is not None:
+            told = error.told or error.overdue(now, grace_seconds)
+            result[pod.name] = replace(error, told=told).entry()
+    return result
+
+
+def _overdue_start_errors(
+    spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
+) -> tuple[list[Failure], list[Failure]]:
+    """Pods unable to start for longer than the grace period: the chief's and PS' (fatal), and the
+    workers' and the evaluator's not told yet (tolerated: training goes on without them)."""
+    grace = spec.failure_policy.startup_error_grace_seconds
+    fatal: list[Failure] = []
+    tolerated: list[Failure] = []
+    for pod in observed.current_pods(status.restarts):
+        error = start_error_of(status.tracking, pod, now)
+        if error is None or pod.role is None or not error.overdue(now, grace):
+            continue
+        failure = Failure(pod.role, pod.name, pod.index, pod.waiting_reason or "", pod.waiting_message[:512])
+        if pod.role not in TOLERATED_ROLES:
+            fatal.append(failure)
+        elif not error.told:
+            tolerated.append(failure)
+    return fatal, tolerated
 
 
 def made_progress(status: PSTrainingJobStatus) -> bool:
@@ -214,21 +294,29 @@ def made_progress(status: PSTrainingJobStatus) -> bool:
     return status.restart_checkpoint_step is None or status.checkpoint.step > status.restart_checkpoint_step
 
 
+def restart_budget_used(status: PSTrainingJobStatus, counted: bool) -> int:
+    """Counted restarts after one more restart: a newer checkpoint since the last one starts afresh."""
+    return (0 if made_progress(status) else status.counted_restarts) + (1 if counted else 0)
+
+
 def _restart(
     spec: PSTrainingJobSpec,
     status: PSTrainingJobStatus,
     failure: Failure,
     reason: str,
     recorded: list[Failure],
+    note: str = "",
+    excused: bool = False,
 ) -> RecoveryDecision:
-    counted = not failure.disruption and not made_progress(status)
-    budget_used = (0 if made_progress(status) else status.counted_restarts) + (1 if counted else 0)
+    """Restart the chief, counted unless a disruption, progress or an `excused` cause explains it."""
+    counted = not (failure.disruption or excused) and not made_progress(status)
+    budget_used = restart_budget_used(status, counted)
     if budget_used > spec.failure_policy.max_restarts:
         return RecoveryDecision(
             RecoveryAction.FAIL,
             "RestartsExhausted",
             f"{failure.describe()}; {status.counted_restarts} restarts without a newer checkpoint "
-            f"already, failurePolicy.maxRestarts is {spec.failure_policy.max_restarts}",
+            f"already, failurePolicy.maxRestarts is {spec.failure_policy.max_restarts}{note}",
             failure,
             recorded=recorded,
         )
@@ -237,67 +325,145 @@ def _restart(
     return RecoveryDecision(
         RecoveryAction.RESTART_FROM_CHECKPOINT,
         reason,
-        f"{failure.describe()}; {what} ({budget})",
+        f"{failure.describe()}; {what} ({budget}){note}",
         failure,
         counted=counted,
+        counted_restarts=budget_used,
         recorded=recorded,
     )
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What one reconcile found, sorted by what the recovery rules do with it."""
+
+    spec: PSTrainingJobSpec
+    status: PSTrainingJobStatus
+    observed: Observed
+    now: datetime
+    tolerated: list[Failure]  # of TOLERATED_ROLES and sidecars: recorded whatever the action
+    stuck: list[Failure]  # the chief or a PS unable to start for longer than the grace period
+    ps: list[Failure]  # parameter servers lost
+    chief: Failure | None  # the current attempt's chief Job failed, as its pod tells why
+    chief_job_live: bool  # the current attempt's chief Job exists and is not going away
+
+
+def situation(
+    spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
+) -> Situation:
+    failures = detect_failures(status.tracking.pods, _tracked_pods(observed), observed.departed)
+    job = observed.current_chief_job(status.restarts)
+    live = job is not None and not job.deleting
+    chief = None
+    if live and job is not None and job.failed:
+        chief = _chief_failure(observed.chief_pod(status.restarts), job.failure_reason, job.failure_message)
+    ps = [_with_oom_advice(spec, f) for f in failures if f.role is Role.PS and not f.sidecar]
+    stuck, tolerated_stuck = _overdue_start_errors(spec, status, observed, now)
+    return Situation(
+        spec,
+        status,
+        observed,
+        now,
+        tolerated=[f for f in failures if f.role in TOLERATED_ROLES or f.sidecar] + tolerated_stuck,
+        stuck=stuck,
+        ps=ps,
+        chief=chief,
+        chief_job_live=live,
+    )
+
+
+def _with_oom_advice(spec: PSTrainingJobSpec, failure: Failure) -> Failure:
+    """An OOMKilled PS carries the planner's advice, so the event and lastFailure both show it."""
+    if failure.reason != "OOMKilled":
+        return failure
+    return replace(failure, message=f"{failure.message}; {suggestion_for_oom(spec)}".strip("; "))
+
+
+def _startup_error(s: Situation) -> RecoveryDecision | None:
+    """The chief or a PS unable to start for longer than the grace period fails the job."""
+    if not s.stuck:
+        return None
+    grace = s.spec.failure_policy.startup_error_grace_seconds
+    message = f"{s.stuck[0].describe()}; failing after {grace}s"
+    return RecoveryDecision(RecoveryAction.FAIL, "StartupError", message, s.stuck[0], recorded=s.tolerated)
+
+
+def _ps_lost(s: Situation) -> RecoveryDecision | None:
+    """A lost PS took its variables: restart the chief. It is also the cause of a chief that failed in
+    the same reconcile (138 for a peer that vanished, or 1 from code that did not expect it): that
+    chief is recorded, and its permanent exit code does not fail the job."""
+    established = s.status.tracking.ps_established or s.chief is not None
+    if not (s.ps and s.chief_job_live and established):
+        return None
+    recorded = s.tolerated + s.ps[1:]
+    note = ""
+    if s.chief is not None:
+        recorded.append(s.chief)
+        note = f"; the chief's failure follows from it: {s.chief.describe()}"
+    return _restart(s.spec, s.status, s.ps[0], "ParameterServerLost", recorded, note)
+
+
+def _permanent(failure: Failure, recorded: list[Failure]) -> RecoveryDecision:
+    message = f"{failure.describe()}; the exit code is in failurePolicy.permanentExitCodes"
+    return RecoveryDecision(RecoveryAction.FAIL, "PermanentExitCode", message, failure, recorded=recorded)
+
+
+def _worker_permanent_exit(s: Situation) -> RecoveryDecision | None:
+    """A bug in user code comes back at every restart of the worker: fail, as for the chief, unless
+    told only to record it or a PS loss in the same reconcile explains the exit."""
+    if s.spec.failure_policy.worker_permanent_exit != "FailJob" or s.ps:
+        return None
+    codes = s.spec.failure_policy.permanent_exit_codes
+    bug = next((f for f in s.tolerated if f.role is Role.WORKER and f.exit_code in codes), None)
+    if bug is None:
+        return None
+    return _permanent(bug, [f for f in s.tolerated if f is not bug])
+
+
+def _chief_failed(s: Situation) -> RecoveryDecision | None:
+    if s.chief is None:
+        return None
+    job = s.observed.chief_job
+    fail_job = job is not None and job.failure_reason == "PodFailurePolicy"
+    if s.chief.exit_code in s.spec.failure_policy.permanent_exit_codes or fail_job:
+        return _permanent(s.chief, s.tolerated)
+    # A PS that was never scheduled never ran: the chief that gave up waiting for it did nothing
+    # wrong, and counting it would end a job that only waits for room as RestartsExhausted.
+    waiting = [p.name for p in s.observed.role_pods(Role.PS) if p.unscheduled is not None]
+    note = f"; {', '.join(waiting)} not scheduled yet" if waiting else ""
+    return _restart(s.spec, s.status, s.chief, "ChiefFailed", s.tolerated, note, excused=bool(waiting))
+
+
+def _record_only(s: Situation) -> RecoveryDecision:
+    """Nothing to act on: what failed is told, and the StatefulSets or the kubelet heal it."""
+    recorded = s.tolerated + s.ps
+    if not recorded:
+        return RecoveryDecision(RecoveryAction.NONE)
+    message = "; ".join(f.describe() for f in recorded)
+    return RecoveryDecision(
+        RecoveryAction.RECORD, _record_reason(recorded), message, recorded[0], recorded=recorded
+    )
+
+
+# The first rule that decides wins; the order is the recovery matrix's, read top to bottom.
+RULES: tuple[Callable[[Situation], RecoveryDecision | None], ...] = (
+    _startup_error,
+    _ps_lost,
+    _worker_permanent_exit,
+    _chief_failed,
+)
 
 
 def decide(
     spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
 ) -> RecoveryDecision:
     """The recovery decision for a job that is neither finished nor suspended."""
-    failures = detect_failures(
-        status.tracking.pods, observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER), observed.departed
-    )
-    # Tolerated: recorded whatever the action. A sidecar's restart is the kubelet's business.
-    tolerated = [f for f in failures if f.role is Role.WORKER or f.sidecar]
-    ps_failures = [f for f in failures if f.role is Role.PS and not f.sidecar]
-    job = observed.chief_job
-    current = job is not None and job.attempt == status.restarts and not job.deleting
-    chief = observed.chief_pod(status.restarts)
-    grace = spec.failure_policy.startup_error_grace_seconds
-
-    for pod in [chief, *observed.role_pods(Role.PS), *observed.role_pods(Role.WORKER)]:
-        stuck = startup_error(pod, now, grace) if pod is not None else None
-        if stuck is not None:
-            return RecoveryDecision(
-                RecoveryAction.FAIL,
-                "StartupError",
-                f"{stuck.describe()}; failing after {grace}s",
-                stuck,
-                recorded=tolerated,
-            )
-
-    if current and job is not None and job.failed:
-        failure = _chief_failure(chief, job.failure_reason, job.failure_message)
-        if (
-            failure.exit_code in spec.failure_policy.permanent_exit_codes
-            or job.failure_reason == "PodFailurePolicy"
-        ):
-            return RecoveryDecision(
-                RecoveryAction.FAIL,
-                "PermanentExitCode",
-                f"{failure.describe()}; the exit code is in failurePolicy.permanentExitCodes",
-                failure,
-                recorded=tolerated,
-            )
-        return _restart(spec, status, failure, "ChiefFailed", tolerated)
-
-    if ps_failures and current and status.tracking.ps_established:
-        return _restart(spec, status, ps_failures[0], "ParameterServerLost", tolerated + ps_failures[1:])
-
-    recorded = tolerated + ps_failures
-    if recorded:
-        return RecoveryDecision(
-            RecoveryAction.RECORD,
-            _record_reason(recorded),
-            "; ".join(f.describe() for f in recorded),
-            recorded[0],
-            recorded=recorded,
-        )
-    return RecoveryDecision(RecoveryAction.NONE)
+    s = situation(spec, status, observed, now)
+    for rule in RULES:
+        decision = rule(s)
+        if decision is not None:
+            return decision
+    return _record_only(s)
 
 
 def _record_reason(recorded: list[Failure]) -> str:
@@ -306,6 +472,8 @@ def _record_reason(recorded: list[Failure]) -> str:
         return "WorkerLost"
     if any(f.role is Role.PS and not f.sidecar for f in recorded):
         return "ParameterServerLost"
+    if any(f.role is Role.EVALUATOR and not f.sidecar for f in recorded):
+        return "EvaluatorFailed"
     return "SidecarRestarted"
 
 
@@ -316,16 +484,11 @@ def next_tracking(
 
     After a restart the new chief has not met the parameter servers yet, so they are not established.
     """
-    live = [
-        p
-        for p in observed.role_pods(Role.PS) + observed.role_pods(Role.WORKER)
-        if not p.deleting and not p.failed
-    ]
+    live = [p for p in _tracked_pods(observed) if not p.deleting and not p.failed]
     pods = {p.name: track_entry(p) for p in live}
     if restarted:
         return Tracking(psEstablished=False, pods=pods)
-    ps_running = sum(1 for p in observed.role_pods(Role.PS) if p.running)
-    chief_job = observed.chief_job
-    current = chief_job is not None and chief_job.attempt == status.restarts
-    established = status.tracking.ps_established or (ps_running == ps_replicas and current)
+    current = observed.current_chief_job(status.restarts) is not None
+    all_ps_run = len(observed.running(Role.PS)) == ps_replicas
+    established = status.tracking.ps_established or (all_ps_run and current)
     return Tracking(psEstablished=established, pods=pods)

@@ -7,8 +7,8 @@ from psoperator.observe import Observed
 
 
 def chief_succeeded(observed: Observed, attempt: int) -> bool:
-    job = observed.chief_job
-    return job is not None and job.attempt == attempt and job.succeeded
+    job = observed.current_chief_job(attempt)
+    return job is not None and job.succeeded
 
 
 def stop_pods_after_finish(spec: PSTrainingJobSpec) -> bool:

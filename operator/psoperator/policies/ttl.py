@@ -6,8 +6,7 @@ from datetime import datetime
 
 from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.timeutil import parse_time
-
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+from psoperator.vocabulary import FINISHED_PHASES
 
 
 def seconds_left(spec: PSTrainingJobSpec, status: PSTrainingJobStatus, now: datetime) -> float | None:

@@ -1,0 +1,129 @@
+"""The decision of one reconcile as its stages build it: one small mutable draft, then a frozen plan.
+
+The stages in reconcile.py read what the job's status was (`old`) and what was observed, and write
+what it will be (`status`), the events to emit and the children to want. Events of a condition are
+queued by `condition` only when the condition flips, and by `enter` only when the phase changes,
+so no stage checks "was it already so?".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psoperator.api import PSTrainingJobStatus
+from psoperator.conditions import is_true, set_condition
+from psoperator.observe import Observed
+from psoperator.render import RenderOptions
+from psoperator.timeutil import format_time
+from psoperator.vocabulary import ConditionType, Phase
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    status: Obj
+    render: RenderOptions | None  # None: no children wanted (invalid spec)
+    events: list[Event] = field(default_factory=list)
+    delete_job: bool = False
+    requeue_after: float | None = None
+    restarted: bool = False
+    # (role, reason) of every pod failure seen in this reconcile, for the metrics.
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    # False once the job has ended: children are still patched (scaled down) but none is created or
+    # replaced, so a chief Job deleted after the end does not come back to run against stopped PS.
+    create_missing: bool = True
+
+
+@dataclass
+class Draft:
+    old: PSTrainingJobStatus  # as the reconcile found it
+    status: PSTrainingJobStatus  # as it will be written
+    observed: Observed
+    now: datetime
+    cluster_domain: str = "cluster.local"
+    events: list[Event] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    render: RenderOptions | None = None
+    requeue_after: float | None = None
+    delete_job: bool = False
+    restarted: bool = False
+    create_missing: bool = True
+
+    @classmethod
+    def start(cls, job: Obj, observed: Observed, now: datetime, cluster_domain: str) -> Draft:
+        old = PSTrainingJobStatus.model_validate(job.get("status") or {})
+        status = old.model_copy(deep=True)
+        status.observed_generation = job.get("metadata", {}).get("generation")
+        return cls(old, status, observed, now, cluster_domain)
+
+    @property
+    def stamp(self) -> str:
+        return format_time(self.now)
+
+    def options(self, *, suspended: bool = False, stopped: bool = False) -> RenderOptions:
+        """The children of the attempt the status names (after this reconcile's restart, if any)."""
+        return RenderOptions(
+            cluster_domain=self.cluster_domain,
+            attempt=self.status.restarts,
+            suspended=suspended,
+            stopped=stopped,
+        )
+
+    def condition(
+        self, type_: ConditionType, value: bool, reason: str, message: str = "", *, event: Event | None = None
+    ) -> None:
+        """Set a condition; queue `event` only if this flips it (a condition not set yet counts as False)."""
+        flips = is_true(self.status.conditions, type_) != value
+        self.status.conditions = set_condition(
+            self.status.conditions,
+            type_,
+            value,
+            reason,
+            message,
+            now=self.stamp,
+            generation=self.status.observed_generation,
+        )
+        if flips and event is not None:
+            self.events.append(event)
+
+    def enter(self, phase: Phase, *, event: Event | None = None) -> None:
+        """Set the phase; queue `event` only if the job was in another phase before this reconcile.
+
+        Running is entered again from Creating (the chief's pod came back) with its condition
+        still True, so its event follows the phase, not the condition.
+        """
+        if self.old.phase != phase and event is not None:
+            self.events.append(event)
+        self.status.phase = phase
+
+    def end(self, phase: Phase, reason: str, message: str) -> None:
+        """Succeeded or Failed: the phase, its condition and event; whatever ran is no longer running."""
+        self.status.phase = phase
+        self.status.completion_time = self.status.completion_time or self.stamp
+        for type_ in (ConditionType.RUNNING, ConditionType.RESTARTING, ConditionType.STALLED):
+            self.condition(type_, False, reason, message)
+        succeeded = phase is Phase.SUCCEEDED
+        event = Event("Normal", phase, message) if succeeded else Event("Warning", reason, message)
+        self.condition(ConditionType(phase), True, reason, message, event=event)
+
+    def plan(self) -> ReconcilePlan:
+        return ReconcilePlan(
+            self.status.model_dump(by_alias=True, exclude_none=True, mode="json"),
+            self.render,
+            self.events,
+            delete_job=self.delete_job,
+            requeue_after=self.requeue_after,
+            restarted=self.restarted,
+            failures=self.failures,
+            create_missing=self.create_missing,
+        )

@@ -1,0 +1,50 @@
+"""Pods the scheduler cannot place: told in the Unschedulable condition, and, with
+failurePolicy.schedulingTimeoutSeconds, a job whose chief or parameter servers wait too long fails.
+
+Without a timeout a pod waits for room as long as Kubernetes lets it (a cluster autoscaler may be
+adding nodes); the condition and its event say why, instead of a job that sits in Creating.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psoperator.api import PSTrainingJobSpec
+from psoperator.contract import Role
+from psoperator.observe import Observed, PodView
+from psoperator.policies.recovery import Failure
+from psoperator.timeutil import parse_time
+
+# Training cannot start without these; a worker or the evaluator waiting for room is only told.
+REQUIRED_ROLES = frozenset({Role.CHIEF, Role.PS})
+MAX_NAMED = 5  # pods named in the condition's message
+
+
+def unscheduled(observed: Observed, attempt: int) -> list[PodView]:
+    """The current attempt's pods that the scheduler has not placed."""
+    return [p for p in observed.current_pods(attempt) if p.unscheduled is not None and not p.deleting]
+
+
+def as_failure(pod: PodView) -> Failure:
+    assert pod.role is not None and pod.unscheduled is not None
+    return Failure(pod.role, pod.name, pod.index, pod.unscheduled.reason, pod.unscheduled.message[:512])
+
+
+def describe(pods: list[PodView]) -> str:
+    """The scheduler's word on each waiting pod (the first few)."""
+    named = "; ".join(as_failure(p).describe() for p in pods[:MAX_NAMED])
+    more = len(pods) - MAX_NAMED
+    return f"{named}; and {more} more" if more > 0 else named
+
+
+def timed_out(spec: PSTrainingJobSpec, pods: list[PodView], now: datetime) -> PodView | None:
+    """The first chief or PS pod unscheduled for longer than schedulingTimeoutSeconds, if any."""
+    timeout = spec.failure_policy.scheduling_timeout_seconds
+    if timeout is None:
+        return None
+    for pod in pods:
+        assert pod.unscheduled is not None
+        since = parse_time(pod.unscheduled.since or pod.created)
+        if pod.role in REQUIRED_ROLES and since is not None and (now - since).total_seconds() >= timeout:
+            return pod
+    return None

@@ -1,0 +1,185 @@
+"""Each reconcile stage on its own: a draft in, the draft changed and whether the reconcile is decided."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.contract import Role
+from psoperator.draft import Draft, Event
+from psoperator.observe import Observed
+from psoperator.policies.recovery import restart_budget_used
+from psoperator.reconcile import (
+    DECIDED,
+    GO_ON,
+    STAGES,
+    admit_sizing,
+    count_replicas,
+    detect_stall,
+    detect_success,
+    enforce_deadline,
+    recover,
+    set_phase,
+    suspend_or_resume,
+    when_finished,
+)
+from psoperator.timeutil import format_time
+from psoperator.vocabulary import ConditionType, Phase
+from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of, with_status
+
+BASE = running_cluster()
+
+
+def _draft(obj: dict[str, Any], seen: Observed | None = None) -> tuple[PSTrainingJobSpec, Draft]:
+    return PSTrainingJobSpec.model_validate(obj["spec"]), Draft.start(
+        obj, seen or Observed(), NOW, "cluster.local"
+    )
+
+
+def _conditions(d: Draft) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in d.status.conditions}
+
+
+def test_the_stages_run_in_the_documented_order() -> None:
+    assert [s.__name__ for s in STAGES] == [
+        "when_finished",
+        "admit_sizing",
+        "suspend_or_resume",
+        "enforce_deadline",
+        "detect_success",
+        "watch_scheduling",
+        "recover",
+        "count_replicas",
+        "set_phase",
+        "detect_stall",
+    ]
+
+
+def test_condition_queues_its_event_only_when_it_flips() -> None:
+    _, d = _draft(job())
+    event = Event("Warning", "Stalled", "stuck")
+    d.condition(ConditionType.STALLED, False, "Progressing", event=event)  # absent counts as False
+    d.condition(ConditionType.STALLED, True, "NoProgress", event=event)
+    d.condition(ConditionType.STALLED, True, "NoProgress", event=event)
+    assert d.events == [event]
+    assert _conditions(d)["Stalled"] == ("True", "NoProgress")
+
+
+def test_enter_queues_its_event_only_when_the_phase_changes() -> None:
+    _, d = _draft(with_status(job(), phase="Running"))
+    d.enter(Phase.RUNNING, event=Event("Normal", "Running", ""))
+    assert d.events == [] and d.status.phase == Phase.RUNNING
+    d.enter(Phase.CREATING, event=Event("Normal", "Creating", ""))
+    assert [e.reason for e in d.events] == ["Creating"]
+
+
+def test_when_finished_only_cleans_up() -> None:
+    spec, d = _draft(with_status(job(), phase="Failed", tracking=tracking_of(BASE)))
+    assert when_finished(spec, d) is DECIDED
+    assert d.render is not None and d.render.stopped and not d.create_missing
+    assert d.status.tracking.pods == {}
+    spec, running = _draft(with_status(job(), phase="Running"))
+    assert when_finished(spec, running) is GO_ON and running.render is None
+
+
+def test_admit_sizing_warns_once_and_refuses_only_with_enforce() -> None:
+    small_ps = {
+        "replicas": 2,
+        "template": {"spec": {"containers": [{"name": "t", "resources": {"limits": {"memory": "1Gi"}}}]}},
+    }
+    model = {"parameters": 4_000_000_000, "optimizer": "adam"}
+    spec, d = _draft(job(model=model, ps=small_ps))
+    assert admit_sizing(spec, d) is GO_ON
+    assert [e.reason for e in d.events] == ["SizingWarning"]
+    spec, again = _draft(with_status(job(model=model, ps=small_ps), **d.plan().status))
+    assert admit_sizing(spec, again) is GO_ON and again.events == []
+    spec, refused = _draft(job(model={**model, "enforce": True}, ps=small_ps))
+    assert admit_sizing(spec, refused) is DECIDED
+    assert refused.status.phase == Phase.FAILED and refused.render is None
+
+
+def test_suspend_then_resume() -> None:
+    spec, d = _draft(with_status(job(runPolicy={"suspend": True}), phase="Running", startTime="x"))
+    assert suspend_or_resume(spec, d) is DECIDED
+    assert d.status.phase == Phase.SUSPENDED and d.status.start_time is None
+    assert d.render is not None and d.render.suspended
+    spec, resumed = _draft({**job(), "status": d.plan().status})
+    assert suspend_or_resume(spec, resumed) is GO_ON
+    assert [e.reason for e in resumed.events] == ["Resumed"] and resumed.status.start_time == format_time(NOW)
+
+
+def test_enforce_deadline() -> None:
+    started = format_time(NOW - timedelta(seconds=61))
+    spec, d = _draft(with_status(job(runPolicy={"activeDeadlineSeconds": 60}), startTime=started))
+    assert enforce_deadline(spec, d) is DECIDED
+    assert d.status.last_failure is not None and d.status.last_failure.reason == "DeadlineExceeded"
+    spec, early = _draft(with_status(job(runPolicy={"activeDeadlineSeconds": 600}), startTime=started))
+    assert enforce_deadline(spec, early) is GO_ON
+
+
+def test_detect_success_needs_the_current_attempts_job() -> None:
+    spec, d = _draft(with_status(job(), phase="Running"), observed(BASE, chief_job(complete=True)))
+    assert detect_success(spec, d) is DECIDED and d.status.phase == Phase.SUCCEEDED
+    spec, old = _draft(with_status(job(), restarts=1), observed(BASE, chief_job(0, complete=True)))
+    assert detect_success(spec, old) is GO_ON
+
+
+def test_recover_restarts_with_the_budget_the_policy_computed() -> None:
+    lost = [p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh") for p in BASE]
+    status = {"phase": "Running", "tracking": tracking_of(BASE), "countedRestarts": 1}
+    spec, d = _draft(with_status(job(), **status), observed(lost, chief_job()))
+    assert recover(spec, d) is GO_ON and d.restarted
+    assert (d.status.restarts, d.status.counted_restarts) == (1, 2)
+    assert _conditions(d)["Restarting"] == ("True", "ParameterServerLost")
+
+
+def test_restart_budget_used_starts_afresh_after_progress() -> None:
+    def status(step: int) -> PSTrainingJobStatus:
+        fields = {"countedRestarts": 2, "restartCheckpointStep": 100, "checkpoint": {"step": step}}
+        return PSTrainingJobStatus.model_validate(fields)
+
+    stuck, moved = status(100), status(150)
+    assert (restart_budget_used(stuck, True), restart_budget_used(stuck, False)) == (3, 2)
+    assert (restart_budget_used(moved, True), restart_budget_used(moved, False)) == (1, 0)
+
+
+def test_count_replicas() -> None:
+    spec, d = _draft(with_status(job(), phase="Running"), observed(BASE, chief_job()))
+    assert count_replicas(spec, d) is GO_ON
+    assert (d.status.ps_ready, d.status.workers_ready) == ("2/2", "2/2")
+    assert d.status.tracking.ps_established
+
+
+def test_set_phase_running_and_recovered() -> None:
+    restarting = {
+        "phase": "Restarting",
+        "restarts": 1,
+        "conditions": [
+            {"type": "Restarting", "status": "True", "reason": "X", "lastTransitionTime": format_time(NOW)}
+        ],
+    }
+    spec, d = _draft(with_status(job(), **restarting), observed(running_cluster(attempt=1), chief_job(1)))
+    assert set_phase(spec, d) is GO_ON and d.status.phase == Phase.RUNNING
+    assert _conditions(d)["Restarting"] == ("False", "Recovered")
+    assert [e.reason for e in d.events] == ["Running"]
+
+
+def test_detect_stall_is_off_without_a_timeout() -> None:
+    since = format_time(NOW - timedelta(hours=1))
+    spec, d = _draft(with_status(job(), stepTime=since), observed(BASE, chief_job()))
+    assert detect_stall(spec, d) is GO_ON and "Stalled" not in _conditions(d)
+    spec, on = _draft(
+        with_status(job(failurePolicy={"stallTimeoutSeconds": 60}), stepTime=since),
+        observed(BASE, chief_job()),
+    )
+    detect_stall(spec, on)
+    assert _conditions(on)["Stalled"] == ("True", "NoProgress")
+
+
+def test_observed_names_the_current_chief_job_and_running_pods() -> None:
+    seen = observed([*BASE[:2], pod("ps", 1, phase="Pending"), *BASE[3:]], chief_job(1))
+    assert seen.current_chief_job(0) is None
+    job_view = seen.current_chief_job(1)
+    assert job_view is not None and job_view.attempt == 1
+    assert [p.name for p in seen.running(Role.PS)] == ["ctr-ps-0"]
