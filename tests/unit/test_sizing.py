@@ -293,7 +293,9 @@ def test_does_not_fit() -> None:
 
 def test_a_ps_with_only_the_runtimes_memory_is_a_warning_not_a_crash() -> None:
     example_model = {"parameters": 1_600_000, "bytesPerParameter": 4, "optimizer": "adam"}
-    verdict = check_ps_memory(job_spec(example_model, ps_replicas=2, containers=[ps_container(request="512Mi")]))
+    verdict = check_ps_memory(
+        job_spec(example_model, ps_replicas=2, containers=[ps_container(request="512Mi")])
+    )
     assert verdict.level is SizingLevel.WARNING and verdict.reason == "PSMemoryUndersized", verdict
 
 
