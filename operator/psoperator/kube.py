@@ -210,10 +210,12 @@ class Kube:
         if manifest["kind"] == "Job":
             # Only the fields a Job lets change, as a merge patch: an apply of the partial object
             # would remove the immutable fields it leaves out, and one of the whole is refused.
+            # A dict: the client JSON-encodes bodies of JSON content types (a str would be sent as
+            # a JSON string, which the API server refuses).
             self._call(
                 "PATCH",
                 path,
-                json.dumps(changeable(manifest)),
+                changeable(manifest),
                 content_type="application/merge-patch+json",
                 query=[("fieldManager", FIELD_MANAGER)],
             )

@@ -6,6 +6,8 @@ import copy
 import json
 from typing import Any
 
+from kubernetes import client
+
 from psoperator.kube import Kube
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_ATTEMPT
@@ -14,26 +16,48 @@ from tests.unit.builders import NS, job
 Obj = dict[str, Any]
 
 
-class RecordingKube(Kube):
-    """Records every call instead of making it; GETs list nothing."""
+class _Wire:
+    """Stands in for urllib3's pool manager under the real client: records each request as it would
+    be sent (so the client's own serialization of the body is part of what is tested)."""
 
     def __init__(self) -> None:
-        super().__init__(api_client=object())  # type: ignore[arg-type]
-        self.calls: list[tuple[str, str]] = []
-        self.bodies: list[tuple[str, Any]] = []  # (content type, body) of every call
+        self.sent: list[tuple[str, str, str, Any]] = []
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        content_type: str = "application/json",
-        query: list[tuple[str, str]] | None = None,
-    ) -> Obj:
-        self.calls.append((method, path))
-        self.bodies.append((content_type, json.loads(body) if isinstance(body, str) else body))
-        return {}
+    def request(self, method: str, url: str, body: Any = None, headers: Any = None, **_: Any) -> Any:
+        content_type = (headers or {}).get("Content-Type", "")
+        self.sent.append((method, url, content_type, body))
+        return _Ok()
+
+
+class _Ok:
+    status, reason, data, headers = 200, "OK", b"{}", {"content-type": "application/json"}
+
+    def read(self, *_: Any, **__: Any) -> bytes:
+        return self.data
+
+    def release_conn(self) -> None:
+        pass
+
+
+class RecordingKube(Kube):
+    """The real client with nothing behind it: every request is recorded; GETs list nothing."""
+
+    def __init__(self) -> None:
+        api = client.ApiClient(client.Configuration(host="https://api.test"))
+        self.wire = _Wire()
+        api.rest_client.pool_manager = self.wire  # type: ignore[assignment]
+        super().__init__(api_client=api)
+
+    @property
+    def calls(self) -> list[tuple[str, str]]:
+        return [
+            (method, url.removeprefix("https://api.test").split("?")[0]) for method, url, *_ in self.wire.sent
+        ]
+
+    @property
+    def bodies(self) -> list[tuple[str, Any]]:
+        """(content type, body as the API server decodes it) of every request."""
+        return [(ct, json.loads(body) if body else None) for _, _, ct, body in self.wire.sent]
 
 
 def _live(manifests: list[Obj]) -> list[Obj]:
