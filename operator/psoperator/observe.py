@@ -267,6 +267,12 @@ class Observed:
         pods = [p for p in self.role_pods(Role.CHIEF) if p.attempt == attempt]
         return max(pods, key=lambda p: (not p.deleting, p.created or ""), default=None)
 
+    def last_chief_pod(self, attempt: int) -> PodView | None:
+        """The attempt's chief pod, or the last state the watch showed of it once it is gone (a real
+        kubelet removes a deleted pod right after its container exits)."""
+        gone = (p for p in self.departed.values() if p.role is Role.CHIEF and p.attempt == attempt)
+        return self.chief_pod(attempt) or max(gone, key=lambda p: p.created or "", default=None)
+
 
 def build_observed(
     children: list[Obj], pods: list[Obj], job_name: str, departed: dict[str, PodView]

@@ -444,3 +444,32 @@ def test_a_chief_that_timed_out_waiting_for_an_unschedulable_ps_is_restarted_wit
     assert (decision.action, decision.reason) == (RecoveryAction.RESTART_FROM_CHECKPOINT, "ChiefFailed")
     assert not decision.counted and decision.counted_restarts == 5
     assert "ctr-ps-1" in decision.message
+
+
+SIGTERMED = {"exitCode": 143, "reason": "Error", "message": ""}
+
+
+def test_a_chief_asked_to_stop_restarts_without_counting_even_without_progress() -> None:
+    """Exit 143 is SIGTERM: someone stopped the pod (deleted it, drained its node); not a failure."""
+    chief = pod("chief", 0, attempt=0, phase="Failed", terminated=SIGTERMED)
+    decision = decide(
+        _spec(),
+        _status(tracking=TRACKED),
+        observed([chief, *BASE[1:]], chief_job(failed="BackoffLimitExceeded")),
+        NOW,
+    )
+    assert decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT
+    assert decision.failure is not None and decision.failure.exit_code == 143
+    assert not decision.counted
+
+
+def test_a_chief_pod_gone_before_the_reconcile_is_classified_by_its_last_watched_state() -> None:
+    """On a real kubelet a deleted chief's pod is removed right after it exits: the Job says only
+    BackoffLimitExceeded, the watch saw the exit code."""
+    gone = parse_pod(pod("chief", 0, attempt=0, phase="Failed", terminated=SIGTERMED))
+    seen = observed(BASE[1:], chief_job(failed="BackoffLimitExceeded"))
+    seen.departed[gone.uid] = gone
+    decision = decide(_spec(), _status(tracking=TRACKED), seen, NOW)
+    assert decision.failure is not None
+    assert (decision.failure.pod, decision.failure.exit_code) == (gone.name, 143)
+    assert not decision.counted

@@ -18,7 +18,8 @@ correct recovery is to restart the chief, which restores every variable from the
 | evaluator failed, restarted, deleted, cannot start         | RECORD (its Job restarts)  | no          |
 | a sidecar of a PS or worker restarted in place             | RECORD (kubelet heals)     | no          |
 
-(a) not disruptions (eviction, preemption, node loss); (b) not while a PS is unscheduled.
+(a) not disruptions (eviction, preemption, node loss, exit 143: the pod was asked to stop);
+(b) not while a PS is unscheduled.
 (**) unless a newer checkpoint was written since the previous restart: progress resets the budget.
 Only the training container's exit codes and restarts count (observe.py finds it by name); a
 sidecar's restart leaves the task's variables where they were.
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
-from psoperator.contract import Role
+from psoperator.contract import ExitCode, Role
 from psoperator.observe import START_ERRORS, Observed, PodView, Termination
 from psoperator.sizing import suggestion_for_oom
 from psoperator.timeutil import format_time, parse_time
@@ -124,7 +125,10 @@ def _termination_failure(pod: PodView, term: Termination | None, fallback: str) 
     assert pod.role is not None
     if term is None:
         return Failure(pod.role, pod.name, pod.index, fallback, "")
-    return Failure(pod.role, pod.name, pod.index, term.reason, term.message.strip()[:512], term.exit_code)
+    # SIGTERM: someone asked the pod to stop (a deletion, a drain); the task did nothing wrong.
+    stopped = term.exit_code == ExitCode.TERMINATED
+    message = term.message.strip()[:512]
+    return Failure(pod.role, pod.name, pod.index, term.reason, message, term.exit_code, disruption=stopped)
 
 
 def _classify_ended(pod: PodView) -> Failure | None:
@@ -356,7 +360,8 @@ def situation(
     live = job is not None and not job.deleting
     chief = None
     if live and job is not None and job.failed:
-        chief = _chief_failure(observed.chief_pod(status.restarts), job.failure_reason, job.failure_message)
+        last = observed.last_chief_pod(status.restarts)
+        chief = _chief_failure(last, job.failure_reason, job.failure_message)
     ps = [_with_oom_advice(spec, f) for f in failures if f.role is Role.PS and not f.sidecar]
     stuck, tolerated_stuck = _overdue_start_errors(spec, status, observed, now)
     return Situation(
