@@ -92,10 +92,18 @@ cmd_network() {
   ip route replace blackhole "$SERVICE_CIDR"
 }
 
+# Writes stdin to a file only when it differs: kube-proxy exits when its configuration file changes.
+put() {
+  local tmp
+  tmp=$(mktemp)
+  cat > "$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
+}
+
 write_configs() {  # kubeconfig pki_dir
   local kubeconfig=$1 pki=$2
   mkdir -p "$STATE/cni" "$STATE/etc" "$RUN"
-  cat > "$STATE/etc/containerd.toml" <<EOF
+  put "$STATE/etc/containerd.toml" <<EOF
 version = 2
 root = "$STATE/containerd"
 state = "$RUN/containerd"
@@ -113,7 +121,7 @@ state = "$RUN/containerd"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$STATE/cni"
 EOF
-  cat > "$STATE/cni/10-psoperator.conflist" <<EOF
+  put "$STATE/cni/10-psoperator.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "psoperator-real",
@@ -135,7 +143,7 @@ EOF
   ]
 }
 EOF
-  cat > "$STATE/etc/kubelet.yaml" <<EOF
+  put "$STATE/etc/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This host mounts cgroup v1 (hybrid); Kubernetes 1.35 refuses it unless told otherwise.
@@ -160,7 +168,7 @@ imageGCHighThresholdPercent: 95
 imageGCLowThresholdPercent: 90
 nodeStatusReportFrequency: 10s
 EOF
-  cat > "$STATE/etc/kube-proxy.yaml" <<EOF
+  put "$STATE/etc/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $kubeconfig}
@@ -173,7 +181,7 @@ metricsBindAddress: 127.0.0.1:10249
 # Leave the host's conntrack sysctls alone (this sandbox may not allow writing them).
 conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
-  cat > "$STATE/etc/Corefile" <<EOF
+  put "$STATE/etc/Corefile" <<EOF
 cluster.local in-addr.arpa ip6.arpa {
     bind $HOST_IP
     errors
@@ -197,11 +205,21 @@ build_pause() {
   log "pause image $PAUSE_IMAGE built from pause.c"
 }
 
+# Loads each image unless the node already holds that very image (the docker image ID it was
+# loaded from is kept beside containerd's store, which survives `down`).
 cmd_load() {  # image...
-  local image
+  local image id stamp
+  mkdir -p "$STATE/loaded"
   for image in "$@"; do
+    id=$(docker image inspect -f '{{.Id}}' "$image")
+    stamp="$STATE/loaded/$(echo "$image" | tr '/:' '__')"
+    if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ] && ctr_ images ls -q | grep -qE "(^|/)$image\$"; then
+      log "$image: already on the node"
+      continue
+    fi
     log "loading $image into the node's containerd"
     docker save "$image" | ctr_ images import - >/dev/null
+    echo "$id" > "$stamp"
   done
 }
 

@@ -1,0 +1,206 @@
+"""Fixtures of the tests on real kubelets: the cluster of `e2e/cluster/cluster.sh up --real`, the
+two images built from the repository's Dockerfiles, and the operator installed with Helm.
+
+  kubeconfig  (session)  overrides e2e's: the real-kubelet cluster, brought up once
+  k8s         (session)  an API client for it
+  images      (session)  both images built (images/build.sh) and loaded into the node's containerd
+  release     (session)  `helm install` of the chart with the built operator image, in-cluster,
+                         Pod Security `restricted` enforced on its namespace; Deployment Available
+  figures     (session)  measured figures, printed as a table at the end of the run
+
+These tests need root, Docker and the built binaries; in CI they fail when something is missing,
+elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from e2e.conftest import CACHE, CLUSTER_SH, REPO, _kubectl, _unavailable
+from e2e.real.example import TRAINER_IMAGE
+from e2e.util import as_json, wait_for
+
+REALNODE_SH = REPO / "e2e" / "cluster" / "realnode.sh"
+BUILD_IMAGES = REPO / "images" / "build.sh"
+OPERATOR_IMAGE = os.environ.get("PSOPERATOR_OPERATOR_IMAGE", "ps-training-operator:dev")
+RELEASE, RELEASE_NS = "psoperator", "psoperator-system"
+CHART = REPO / "charts" / "ps-training-operator"
+LOGS = CACHE / "real" / "logs"
+
+
+class Figures:
+    """Figures measured by the tests, printed together at the end of the session."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str]] = []
+
+    def record(self, name: str, value: float | str, unit: str = "") -> None:
+        text = f"{value:.2f}" if isinstance(value, float) else str(value)
+        self.rows.append((name, f"{text} {unit}".strip()))
+
+    def table(self) -> str:
+        width = max((len(name) for name, _ in self.rows), default=0)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in self.rows)
+
+
+FIGURES = Figures()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if FIGURES.rows:
+        terminalreporter.section("figures measured on real kubelets")
+        terminalreporter.write_line(FIGURES.table())
+
+
+@pytest.fixture(scope="session")
+def figures() -> Figures:
+    return FIGURES
+
+
+def run(*args: str | Path, timeout: float = 600, log: str | None = None) -> str:
+    """Runs a command; its stderr (or the log file named `log`) is in the error when it fails."""
+    command = [str(a) for a in args]
+    if log is None:
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+        )
+        if result.returncode != 0:
+            pytest.fail(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-6000:]}")
+        return result.stdout
+    LOGS.mkdir(parents=True, exist_ok=True)
+    path = LOGS / log
+    with path.open("w") as out:
+        code = subprocess.run(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        ).returncode
+    if code != 0:
+        pytest.fail(f"{' '.join(command)} failed ({code}):\n{path.read_text(errors='replace')[-6000:]}")
+    return path.read_text(errors="replace")
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (a kubelet, containerd and network namespaces)"
+    for tool in ("dockerd", "containerd", "runc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt-get install docker.io)"
+    for binary in ("kubelet", "kube-proxy", "coredns", "helm"):
+        if not (CACHE / "bin" / binary).exists():
+            return f"{binary} is not built (e2e/cluster/cluster.sh build)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[Path]:
+    reason = _missing()
+    if reason:
+        _unavailable(reason)
+    started = time.monotonic()
+    path = Path(run("bash", CLUSTER_SH, "up", "--real", timeout=900, log="cluster-up.log").splitlines()[-1])
+    FIGURES.record("real cluster up", time.monotonic() - started, "s")
+    yield path
+    if not os.environ.get("PSOPERATOR_KEEP_CLUSTER"):
+        run("bash", CLUSTER_SH, "down", "--real", timeout=300, log="cluster-down.log")
+
+
+@pytest.fixture(scope="session")
+def k8s(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    """Overrides e2e's too: a session fixture of the parent would keep the first cluster's client."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    yield api
+    api.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.path).parents:
+            item.add_marker(pytest.mark.real)
+
+
+@pytest.fixture(scope="session")
+def images(kubeconfig: Path) -> dict[str, str]:
+    """Both images, built here from the Dockerfiles and loaded into the node; their sizes recorded."""
+    started = time.monotonic()
+    run("bash", BUILD_IMAGES, timeout=2400, log="images-build.log")
+    FIGURES.record("images built (cached layers reused)", time.monotonic() - started, "s")
+    started = time.monotonic()
+    run("bash", REALNODE_SH, "load", OPERATOR_IMAGE, TRAINER_IMAGE, timeout=900, log="images-load.log")
+    FIGURES.record("images loaded into the node", time.monotonic() - started, "s")
+    for image in (OPERATOR_IMAGE, TRAINER_IMAGE):
+        size = int(run("docker", "image", "inspect", "-f", "{{.Size}}", image).strip())
+        FIGURES.record(f"image size {image}", size / 2**20, "MiB")
+    return {"operator": OPERATOR_IMAGE, "trainer": TRAINER_IMAGE}
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+    result = subprocess.run(
+        [_kubectl(), "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:
+    return run(CACHE / "bin" / "helm", "--kubeconfig", str(kubeconfig), *args, timeout=timeout)
+
+
+def install(kubeconfig: Path, release: str, namespace: str, *extra: str) -> None:
+    """The README's install, with the locally built image; the namespace enforces `restricted`."""
+    kubectl(kubeconfig, "create", "namespace", namespace)
+    kubectl(
+        kubeconfig, "label", "namespace", namespace,
+        "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted",
+    )  # fmt: skip
+    repository, tag = OPERATOR_IMAGE.rsplit(":", 1)
+    helm(
+        kubeconfig, "install", release, str(CHART), "--namespace", namespace,
+        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+        # Loaded into the node, not in any registry.
+        "--set", "image.pullPolicy=Never",
+        "--wait", "--timeout", "3m", *extra,
+    )  # fmt: skip
+
+
+def operator_pod(api: client.ApiClient, namespace: str) -> dict[str, Any]:
+    listed = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/name=ps-training-operator"
+    )
+    pods = [as_json(api, p) for p in listed.items]
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    assert len(running) == 1, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
+    return running[0]
+
+
+@pytest.fixture(scope="session")
+def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> Iterator[str]:
+    """The operator, installed once for the training tests; uninstalled at the end."""
+    install(kubeconfig, RELEASE, RELEASE_NS)
+    wait_for(
+        lambda: operator_pod(k8s, RELEASE_NS),
+        timeout=120,
+        message="the operator pod Running",
+    )
+    yield RELEASE_NS
+    helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
+    kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--timeout=180s")

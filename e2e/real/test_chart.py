@@ -1,0 +1,58 @@
+"""The chart on real kubelets: `helm install` runs the operator from its image, in-cluster, under
+Pod Security `restricted`; its liveness and metrics answer on the pod IP; `helm uninstall` leaves
+nothing of it behind but the CRD (Helm never deletes CRDs from crds/)."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+from kubernetes import client
+
+from e2e.real.conftest import OPERATOR_IMAGE, helm, install, kubectl, operator_pod
+from e2e.util import as_json, wait_for
+
+RELEASE = "psop-chart"
+NAMESPACE = "psop-chart-system"
+CRD = "pstrainingjobs.psoperator.io"
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.status == 200, (url, response.status)
+        return str(response.read().decode())
+
+
+def _left_behind(kubeconfig: Path) -> str:
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    namespaced = kubectl(
+        kubeconfig, "get", "deployments,replicasets,pods,services,serviceaccounts", "-n", NAMESPACE,
+        "-l", selector, "-o", "name",
+    )  # fmt: skip
+    cluster = kubectl(kubeconfig, "get", "clusterroles,clusterrolebindings", "-l", selector, "-o", "name")
+    return (namespaced + cluster).strip()
+
+
+def test_the_chart_runs_the_operator_in_cluster_and_uninstalls_cleanly(
+    kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]
+) -> None:
+    install(kubeconfig, RELEASE, NAMESPACE)
+    apps = client.AppsV1Api(k8s)
+    deployment = as_json(k8s, apps.list_namespaced_deployment(NAMESPACE).items[0])
+    available = [c for c in deployment["status"]["conditions"] if c["type"] == "Available"]
+    assert available and available[0]["status"] == "True", deployment["status"]
+
+    pod = wait_for(lambda: operator_pod(k8s, NAMESPACE), timeout=60, message="the operator pod")
+    container = pod["status"]["containerStatuses"][0]
+    assert container["image"].endswith(OPERATOR_IMAGE) and container["ready"], container
+    assert pod["spec"]["serviceAccountName"] == RELEASE + "-ps-training-operator"
+    ip = pod["status"]["podIP"]
+    # The kubelet's own liveness probe goes to this endpoint; so does this test, from the node.
+    assert _get(f"http://{ip}:8080/healthz") is not None
+    metrics = _get(f"http://{ip}:9090/metrics")
+    assert "# HELP psoperator_reconcile_seconds" in metrics, metrics[:2000]
+
+    helm(kubeconfig, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
+    wait_for(lambda: not _left_behind(kubeconfig), timeout=90, message=lambda: _left_behind(kubeconfig))
+    assert kubectl(kubeconfig, "get", "crd", CRD, "-o", "name").strip().endswith(f"/{CRD}")
+    kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--timeout=180s")

@@ -1,0 +1,208 @@
+"""The example job trains for real: TensorFlow in pods on a real kubelet, the cluster formed over
+cluster DNS, checkpoints on a shared PersistentVolume, the operator in-cluster under the chart's
+RBAC. Then the same job broken on purpose, with real signals:
+
+- a parameter server SIGKILLed mid-training: the kubelet restarts it in place, the operator replaces
+  the chief, the new chief resumes from the latest checkpoint, the job succeeds;
+- a worker SIGKILLed: the chief carries on, nothing restarts, the job succeeds;
+- the chief pod deleted (SIGTERM, exit 143): a restart that does not count, the job succeeds.
+
+Each prints its figures (see the table at the end of the run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from e2e import psjobs
+from e2e.real import example
+from e2e.real.conftest import Figures, kubectl
+from e2e.util import as_json, wait_for
+
+CONTAINERD_SOCK = "/run/psoperator-real/containerd.sock"
+STEPS = int(os.environ.get("PSOPERATOR_REAL_STEPS", "1200"))
+CHECKPOINT_STEPS = example.CHECKPOINT_STEPS
+TRAIN_TIMEOUT = 600.0
+Obj = dict[str, Any]
+
+
+def apply_example(
+    kubeconfig: Path, namespace: str, ttl: int | None = None, checkpoint_steps: int = CHECKPOINT_STEPS
+) -> str:
+    docs = example.manifests(namespace, STEPS, ttl, checkpoint_steps)
+    kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
+    return str(next(d["metadata"]["name"] for d in docs if d["kind"] == "PSTrainingJob"))
+
+
+def progress(pod: Obj) -> Obj:
+    """The chief's own report, read from its pod IP (what the operator polls)."""
+    url = f"http://{pod['status']['podIP']}:8470/progress"
+    with urllib.request.urlopen(url, timeout=3) as response:
+        return dict(json.loads(response.read()))
+
+
+def chief_pods(api: client.ApiClient, namespace: str, name: str) -> list[Obj]:
+    return sorted(
+        psjobs.pods(api, namespace, name, "chief"), key=lambda p: p["metadata"]["creationTimestamp"]
+    )
+
+
+def running_chief(api: client.ApiClient, namespace: str, name: str, min_step: int) -> tuple[Obj, Obj]:
+    """The chief pod once it reports at least `min_step`, with that report."""
+
+    def ready() -> tuple[Obj, Obj] | None:
+        for pod in psjobs.live_pods(api, namespace, name, "chief"):
+            if pod["status"].get("podIP"):
+                report = progress(pod)
+                if report.get("step", 0) >= min_step:
+                    return pod, report
+        return None
+
+    return wait_for(ready, timeout=TRAIN_TIMEOUT, interval=1, message=f"{name}'s chief at step {min_step}")
+
+
+def trainer_container_id(pod: Obj) -> str:
+    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "trainer")
+    return str(status["containerID"]).split("://", 1)[1]
+
+
+def sigkill(pod: Obj) -> float:
+    """SIGKILL to the trainer container's process, from the node, as an OOM kill or crash would."""
+    subprocess.run(
+        ["ctr", "--address", CONTAINERD_SOCK, "--namespace", "k8s.io", "tasks", "kill",
+         "--signal", "SIGKILL", trainer_container_id(pod)],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    return time.monotonic()
+
+
+def wait_succeeded(api: client.ApiClient, namespace: str, name: str) -> Obj:
+    def done() -> Obj | None:
+        current = psjobs.status(api, namespace, name)
+        if current.get("phase") == "Failed":
+            raise AssertionError(f"{name} failed: {current}")
+        return current if current.get("phase") == "Succeeded" else None
+
+    result: Obj = wait_for(
+        done, timeout=TRAIN_TIMEOUT, interval=1, message=lambda: str(psjobs.status(api, namespace, name))
+    )
+    return result
+
+
+@pytest.fixture
+def job_namespace(namespace: str, release: str) -> str:
+    """A namespace of the test's own, with the operator of the chart running in-cluster."""
+    return namespace
+
+
+def test_the_example_trains_to_succeeded_and_the_ttl_deletes_it(
+    kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
+) -> None:
+    started = time.monotonic()
+    name = apply_example(kubeconfig, job_namespace, ttl=5)
+    psjobs.wait_phase(k8s, job_namespace, name, "Running", timeout=180)
+    figures.record("apply → Running", time.monotonic() - started, "s")
+    chief, _ = running_chief(k8s, job_namespace, name, min_step=1)
+    figures.record("apply → first step", time.monotonic() - started, "s")
+
+    # STEP in `kubectl get psjob` advances while it trains.
+    def step_column() -> int:
+        row = kubectl(kubeconfig, "get", "psjob", name, "-n", job_namespace, "--no-headers").split()
+        return int(row[5]) if len(row) > 6 and row[5].isdigit() else -1
+
+    first = wait_for(lambda: step_column() > 0 and step_column(), timeout=120, message="STEP filled")
+    wait_for(lambda: step_column() > first, timeout=120, message=f"STEP past {first}")
+
+    final = wait_succeeded(k8s, job_namespace, name)
+    figures.record("apply → Succeeded", time.monotonic() - started, "s")
+    assert final["step"] == STEPS and final["restarts"] == 0, final
+    assert final["checkpoint"]["step"] == STEPS, final
+    assert chief["metadata"]["uid"] == chief_pods(k8s, job_namespace, name)[-1]["metadata"]["uid"]
+
+    # Success stops every other role, the evaluator included.
+    wait_for(
+        lambda: not any(psjobs.live_pods(k8s, job_namespace, name, r) for r in ("ps", "worker", "evaluator")),
+        timeout=60,
+        message="the parameter servers, workers and evaluator stopped",
+    )
+    # The TTL deletes the finished job: the chart's RBAC lets the operator delete it.
+    wait_for(
+        lambda: psjobs.get(k8s, job_namespace, name) is None, timeout=60, message=f"{name} deleted by its TTL"
+    )
+
+
+def test_a_killed_parameter_server_restarts_the_chief_from_the_latest_checkpoint(
+    kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
+) -> None:
+    name = apply_example(kubeconfig, job_namespace)
+    old_chief, report = running_chief(k8s, job_namespace, name, min_step=CHECKPOINT_STEPS + 20)
+    assert report.get("checkpointStep", 0) >= CHECKPOINT_STEPS, report
+    ps0 = next(p for p in psjobs.pods(k8s, job_namespace, name, "ps") if p["metadata"]["name"].endswith("-0"))
+    step_at_kill = progress(old_chief)["step"]
+    killed = sigkill(ps0)
+
+    def new_chief() -> Obj | None:
+        pods = chief_pods(k8s, job_namespace, name)
+        return next((p for p in pods if p["metadata"]["uid"] != old_chief["metadata"]["uid"]), None)
+
+    wait_for(new_chief, timeout=120, interval=0.1, message="a new chief pod")
+    figures.record("PS SIGKILL → new chief pod", time.monotonic() - killed, "s")
+
+    final = wait_succeeded(k8s, job_namespace, name)
+    figures.record("PS SIGKILL → Succeeded", time.monotonic() - killed, "s")
+    resumed = final.get("resumedFromStep")
+    assert resumed and resumed % CHECKPOINT_STEPS == 0 and 0 < resumed <= step_at_kill, final
+    figures.record("PS SIGKILL: steps lost (step at kill minus resumed from)", str(step_at_kill - resumed))
+    assert final["step"] == STEPS and final["restarts"] == 1, final
+    assert final["lastFailure"]["role"] == "ps", final
+    ps_status = as_json(
+        k8s, client.CoreV1Api(k8s).read_namespaced_pod(ps0["metadata"]["name"], job_namespace)
+    )
+    # Restarted in place by the kubelet: same pod, one more container restart.
+    assert ps_status["metadata"]["uid"] == ps0["metadata"]["uid"]
+    assert ps_status["status"]["containerStatuses"][0]["restartCount"] >= 1
+
+
+def test_a_killed_worker_is_replaced_while_training_goes_on(
+    kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
+) -> None:
+    name = apply_example(kubeconfig, job_namespace)
+    chief, _ = running_chief(k8s, job_namespace, name, min_step=CHECKPOINT_STEPS)
+    worker0 = next(
+        p for p in psjobs.pods(k8s, job_namespace, name, "worker") if p["metadata"]["name"].endswith("-0")
+    )
+    killed = sigkill(worker0)
+    final = wait_succeeded(k8s, job_namespace, name)
+    figures.record("worker SIGKILL → Succeeded", time.monotonic() - killed, "s")
+    assert final["restarts"] == 0 and final["step"] == STEPS, final
+    assert [p["metadata"]["uid"] for p in chief_pods(k8s, job_namespace, name)] == [chief["metadata"]["uid"]]
+    worker = as_json(
+        k8s, client.CoreV1Api(k8s).read_namespaced_pod(worker0["metadata"]["name"], job_namespace)
+    )
+    assert worker["status"]["containerStatuses"][0]["restartCount"] >= 1
+
+
+def test_a_deleted_chief_exits_143_and_its_restart_does_not_count(
+    kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
+) -> None:
+    """Deleted before its first checkpoint, so no progress excuses the restart: only the chief's own
+    exit code 143 (SIGTERM, from the kubelet) keeps it out of the restart budget."""
+    name = apply_example(kubeconfig, job_namespace, checkpoint_steps=STEPS - 200)
+    chief, _ = running_chief(k8s, job_namespace, name, min_step=20)
+    deleted = time.monotonic()
+    kubectl(kubeconfig, "delete", "pod", chief["metadata"]["name"], "-n", job_namespace, "--wait=false")
+    final = wait_succeeded(k8s, job_namespace, name)
+    figures.record("chief deleted → Succeeded", time.monotonic() - deleted, "s")
+    assert final["restarts"] == 1 and final.get("countedRestarts", 0) == 0, final
+    assert final["lastFailure"]["role"] == "chief" and final["lastFailure"].get("exitCode") == 143, final
+    assert final["step"] == STEPS and not final.get("resumedFromStep"), final
