@@ -1,82 +1,63 @@
 #!/usr/bin/env bash
-# The README's main command: on a fresh machine, build (first run only) and start the local control
-# plane with simulated CPU and GPU nodes, install the operator with Helm, run it, apply the example
-# job and show it Running.
+# The README's main command: on a fresh machine, build (first run only) the local control plane with
+# a real kubelet node, build both images from the repository's Dockerfiles, install the operator
+# with Helm (in-cluster, under the chart's ServiceAccount and Pod Security `restricted`), apply the
+# example job and watch it train to Succeeded.
 #
-# This machine has no container runtime, so the chart's Deployment is installed with 0 replicas and
-# the operator runs here as a process, under the chart's ServiceAccount (a token from the
-# TokenRequest API): the RBAC the chart grants is exactly what it runs with.
-#
-#   e2e/demo.sh          bring everything up, show the job, stop the operator (the cluster stays)
+#   e2e/demo.sh          bring everything up and train the example (the cluster stays up)
 #   e2e/demo.sh down     take the cluster down
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO="$PWD"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 export PATH="$CACHE/bin:$PATH"
 NS=psoperator-system
 RELEASE=psoperator
 JOB_NS=default
+OPERATOR_IMAGE=ps-training-operator:dev
+TRAINER_IMAGE=ps-training-operator/trainer:dev
+STEPS="${PSOPERATOR_DEMO_STEPS:-2000}"
 
 log() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [ "${1:-}" = "down" ]; then
-  exec e2e/cluster/cluster.sh down
+  exec e2e/cluster/cluster.sh down --real
 fi
 
-log "installing the operator's Python package"
-python3 -m pip install --quiet --disable-pip-version-check -e '.[operator]'
+log "installing the Python package (the example's manifests are shaped for this machine by it)"
+python3 -m pip install --quiet --disable-pip-version-check -e .
 
-log "starting the local control plane (the first run builds Kubernetes from source: tens of minutes)"
-KUBECONFIG="$(e2e/cluster/cluster.sh up)"
+log "starting the control plane and the real node (the first run builds Kubernetes from source)"
+KUBECONFIG="$(e2e/cluster/cluster.sh up --real)"
 export KUBECONFIG
-kubectl get nodes -L psoperator.io/pool -L nvidia.com/gpu.present
+kubectl get nodes -o wide
 
-log "installing the chart (CRD, RBAC, ServiceAccount; Deployment scaled to 0 here)"
-helm upgrade --install "$RELEASE" charts/ps-training-operator --namespace "$NS" --create-namespace \
-  --set replicaCount=0 --wait --timeout 2m
-kubectl wait --for condition=Established crd/pstrainingjobs.psoperator.io --timeout 60s
+log "building the images from Dockerfile and images/trainer/Dockerfile, loading them into the node"
+images/build.sh
+e2e/cluster/realnode.sh load "$OPERATOR_IMAGE" "$TRAINER_IMAGE"
 
-SA="$(kubectl get serviceaccount -n "$NS" -l app.kubernetes.io/instance="$RELEASE" -o jsonpath='{.items[0].metadata.name}')"
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-SERVER="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
-CA_FILE="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')"
-if [ -n "$CA_FILE" ]; then
-  cp "$CA_FILE" "$WORK/ca.crt"
-else
-  kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$WORK/ca.crt"
-fi
-kubectl create token "$SA" -n "$NS" --duration 1h > "$WORK/token"
-cat > "$WORK/operator.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: local, cluster: {server: "$SERVER", certificate-authority: "$WORK/ca.crt"}}]
-users: [{name: $SA, user: {tokenFile: "$WORK/token"}}]
-contexts: [{name: operator, context: {cluster: local, user: $SA}}]
-current-context: operator
-EOF
+log "installing the chart: the operator runs in-cluster from $OPERATOR_IMAGE"
+kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl label --overwrite namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
+helm upgrade --install "$RELEASE" charts/ps-training-operator --namespace "$NS" \
+  --set image.repository="${OPERATOR_IMAGE%:*}" --set image.tag="${OPERATOR_IMAGE##*:}" \
+  --set image.pullPolicy=Never --wait --timeout 3m
+kubectl get deployment,pods -n "$NS"
 
-log "running the operator as ServiceAccount $NS/$SA (log: $CACHE/demo-operator.log)"
-KUBECONFIG="$WORK/operator.kubeconfig" python3 -m psoperator run --all-namespaces --standalone \
-  --liveness http://127.0.0.1:18080/healthz > "$CACHE/demo-operator.log" 2>&1 &
-OPERATOR=$!
-trap 'kill $OPERATOR 2>/dev/null; wait $OPERATOR 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 60); do
-  curl -fsS http://127.0.0.1:18080/healthz >/dev/null 2>&1 && break
-  kill -0 "$OPERATOR" 2>/dev/null || { cat "$CACHE/demo-operator.log"; exit 1; }
-  sleep 1
+log "applying examples/ctr-job.yaml ($STEPS steps, 2-core sizes, checkpoints on a hostPath volume)"
+kubectl delete psjob ctr -n "$JOB_NS" --ignore-not-found --wait >/dev/null
+kubectl delete pv "$JOB_NS-ctr-checkpoints" --ignore-not-found --wait >/dev/null
+rm -rf "$CACHE/real/volumes/$JOB_NS"
+python3 -m e2e.real.example --namespace "$JOB_NS" --steps "$STEPS" | kubectl apply -n "$JOB_NS" -f -
+
+log "training (kubectl get psjob every 15 s until it ends)"
+for _ in $(seq 120); do
+  kubectl get psjob ctr -n "$JOB_NS" --no-headers
+  phase="$(kubectl get psjob ctr -n "$JOB_NS" -o jsonpath='{.status.phase}')"
+  case "$phase" in Succeeded|Failed) break ;; esac
+  sleep 15
 done
-
-log "applying examples/ctr-job.yaml"
-kubectl apply -n "$JOB_NS" -f "$REPO/examples/ctr-job.yaml"
-kubectl wait -n "$JOB_NS" psjob/ctr --for jsonpath='{.status.phase}'=Running --timeout 120s
-
-kubectl get psjob -n "$JOB_NS"
 echo
-kubectl get pods,statefulsets,jobs,services -n "$JOB_NS" -l psoperator.io/job-name=ctr -o wide
-echo
+kubectl get psjob ctr -n "$JOB_NS"
 kubectl get psjob ctr -n "$JOB_NS" \
   -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
-echo
-log "done. The cluster stays up: KUBECONFIG=$KUBECONFIG; take it down with: e2e/demo.sh down"
+[ "$phase" = Succeeded ]

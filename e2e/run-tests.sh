@@ -1,34 +1,63 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what it needs, builds (or reuses) the local
-# control plane, then runs lint, type checks, unit tests, the e2e tests against the control plane
-# and the real-TensorFlow trainer tests. Exits non-zero on any failure, including "no tests ran".
+# control plane, the real node's components and both images, then runs lint, type checks, unit
+# tests, the e2e tests against the control plane (KWOK nodes, then real kubelets) and the
+# real-TensorFlow trainer tests. Prints a timing table. Exits non-zero on any failure, including
+# "no tests ran".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n=== %s\n' "$*" >&2; }
+STEPS=()
+step() {  # name command...: runs a step and records how long it took
+  local name=$1 start=$SECONDS status=0; shift
+  printf '\n=== %s\n' "$name" >&2
+  "$@" || status=$?
+  STEPS+=("$(printf '%-58s %5ds' "$name" $((SECONDS - start)))")
+  return "$status"
+}
+timings() {
+  printf '\n=== timings (wall clock)\n' >&2
+  printf '%s\n' "${STEPS[@]}" "$(printf '%-58s %5ds' total "$SECONDS")" >&2
+}
+trap timings EXIT
 
-log "installing system tools the tests use (iproute2 for the TensorFlow network namespaces, curl)"
-if ! command -v ip >/dev/null || ! command -v curl >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq iproute2 curl >/dev/null
-fi
+system_packages() {
+  # iproute2: network namespaces of the TensorFlow tests; docker.io (dockerd, containerd, runc),
+  # containernetworking-plugins, iptables, conntrack: the real node; mmdebstrap: the images' base;
+  # gcc: the pause image.
+  local want=(iproute2 curl docker.io containernetworking-plugins iptables conntrack mmdebstrap gcc libc6-dev)
+  local missing=() pkg
+  for pkg in "${want[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
 
-log "installing the operator, the trainer runtime and the dev tools"
-python3 -m pip install --quiet --disable-pip-version-check -e '.[operator,dev]' -e images/trainer
+python_packages() {
+  python3 -m pip install --quiet --disable-pip-version-check -e '.[operator,dev]' -e images/trainer
+}
 
-log "lint and types"
-ruff check .
-ruff format --check .
-mypy
-hadolint Dockerfile images/trainer/Dockerfile
+lint() {
+  ruff check .
+  ruff format --check .
+  mypy
+  hadolint Dockerfile images/trainer/Dockerfile
+}
 
-log "building or reusing the local control plane (a cold build takes a while on 2 cores)"
-e2e/cluster/cluster.sh build
+pytest_all() {
+  local status=0
+  python3 -m pytest "$@" || status=$?
+  if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    return 1
+  fi
+  return "$status"
+}
 
-log "tests"
-status=0
-python3 -m pytest "$@" || status=$?
-if [ "$status" -eq 5 ]; then
-  echo "pytest collected no tests: that is a failure" >&2
-  exit 1
-fi
-exit "$status"
+step "system packages (apt)" system_packages
+step "Python packages (pip)" python_packages
+step "lint and types" lint
+step "binaries: control plane, kubelet, kube-proxy, CoreDNS, helm" e2e/cluster/cluster.sh build
+step "images: base (mmdebstrap), operator, trainer" images/build.sh
+step "tests (pytest)" pytest_all "$@"
