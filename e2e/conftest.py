@@ -5,7 +5,10 @@ KUBECONFIG (e.g. kind).
   k8s         (session)  kubernetes.client.ApiClient for it
   crd         (session)  the PSTrainingJob CRD applied server-side and Established; its name
   namespace   (function) a fresh namespace, deleted afterwards
-  operator    (function) `python -m psoperator run` against `namespace`, as an OperatorProcess
+  operator_kubeconfig (session) the chart's ServiceAccount and ClusterRole applied; a kubeconfig
+                         with that account's token
+  operator    (function) `python -m psoperator run` against `namespace` as that account, as an
+                         OperatorProcess
 
 Tests using `kubeconfig` are marked `cluster` automatically. Without built binaries the tests are
 skipped locally and fail in CI (env CI set). `kubelet` tests are skipped on simulated nodes.
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -333,9 +337,58 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+CHART = REPO / "charts" / "ps-training-operator"
+CHART_NAMESPACE = "psoperator-system"
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(kubeconfig: Path, crd: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
+    operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
+    chart lacks (or no longer needs) shows up as a failing test."""
+    kubectl = [_kubectl(), "--kubeconfig", str(kubeconfig)]
+    rendered = subprocess.run(
+        [str(CACHE / "bin" / "helm"), "template", "psoperator", str(CHART), "--namespace", CHART_NAMESPACE,
+         "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    account = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ServiceAccount")
+    namespace = subprocess.run(
+        [*kubectl, "create", "namespace", CHART_NAMESPACE, "--dry-run=client", "-o", "yaml"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    subprocess.run(
+        [*kubectl, "apply", "-f", "-"], input=namespace + "---\n" + rendered, capture_output=True, text=True,
+        check=True, timeout=60,
+    )  # fmt: skip
+    token = subprocess.run(
+        [*kubectl, "create", "token", account["metadata"]["name"], "-n", CHART_NAMESPACE, "--duration", "6h"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    admin = yaml.safe_load(kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": cluster}],
+                "users": [{"name": "operator", "user": {"token": token}}],
+                "contexts": [{"name": "operator", "context": {"cluster": "local", "user": "operator"}}],
+                "current-context": "operator",
+            }
+        )
+    )
+    return path
+
+
 @pytest.fixture
-def operator(crd: str, namespace: str, kubeconfig: Path, tmp_path: Path) -> Iterator[OperatorProcess]:
-    handle = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
+def operator(
+    crd: str, namespace: str, operator_kubeconfig: Path, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator as the chart's ServiceAccount (see `operator_kubeconfig`)."""
+    handle = OperatorProcess(operator_kubeconfig, namespace, tmp_path / "operator.log")
     handle.start()
     yield handle
     handle.stop()
