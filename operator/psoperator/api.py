@@ -174,7 +174,10 @@ class RunPolicy(_Model):
         None,
         alias="activeDeadlineSeconds",
         ge=1,
-        description="Fail the job when it has been running for longer than this.",
+        description=(
+            "Fail the job when it has been running for longer than this; its pods stop per "
+            "cleanPodPolicy, the running chief's included (its Job is suspended)."
+        ),
     )
     ttl_seconds_after_finished: int | None = Field(
         None,

@@ -70,13 +70,16 @@ class Draft:
     def stamp(self) -> str:
         return format_time(self.now)
 
-    def options(self, *, suspended: bool = False, stopped: bool = False) -> RenderOptions:
+    def options(
+        self, *, suspended: bool = False, stopped: bool = False, chief_stopped: bool = False
+    ) -> RenderOptions:
         """The children of the attempt the status names (after this reconcile's restart, if any)."""
         return RenderOptions(
             cluster_domain=self.cluster_domain,
             attempt=self.status.restarts,
             suspended=suspended,
             stopped=stopped,
+            chief_stopped=chief_stopped,
         )
 
     def condition(

@@ -27,6 +27,7 @@ from psoperator.draft import Draft, Event, ReconcilePlan
 from psoperator.observe import START_ERRORS, Observed
 from psoperator.policies import deadline, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
+from psoperator.render import RenderOptions
 from psoperator.sizing import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
 from psoperator.timeutil import format_time
@@ -46,10 +47,16 @@ def _end(spec: PSTrainingJobSpec, d: Draft, phase: Phase, reason: str, message: 
     `stop` is False only when the job never started (nothing to stop, and no children wanted).
     """
     d.end(phase, reason, message)
-    d.render = d.options(stopped=success.stop_pods_after_finish(spec)) if stop else None
+    d.render = _finished_options(spec, d, phase) if stop else None
     d.create_missing = False
     d.requeue_after = ttl.seconds_left(spec, d.status, d.now)
     return DECIDED
+
+
+def _finished_options(spec: PSTrainingJobSpec, d: Draft, phase: Phase) -> RenderOptions:
+    """The children of an ended job: scaled down per cleanPodPolicy, a still-running chief stopped."""
+    stop_chief = success.stop_chief_after_finish(spec, phase, d.observed, d.status.restarts)
+    return d.options(stopped=success.stop_pods_after_finish(spec), chief_stopped=stop_chief)
 
 
 def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -58,7 +65,7 @@ def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
         return GO_ON
     d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
     left = ttl.seconds_left(spec, d.status, d.now)
-    d.render = d.options(stopped=success.stop_pods_after_finish(spec))
+    d.render = _finished_options(spec, d, d.old.phase)
     d.create_missing = False
     d.delete_job = left is not None and left <= 0
     d.requeue_after = max(left, 0.0) if left is not None else None
