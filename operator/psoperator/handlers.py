@@ -1,9 +1,15 @@
 """The kopf layer: thin, level-based, and readable top to bottom.
 
-One daemon per PSTrainingJob runs reconciles: on start (including after an operator restart), when
+One loop per PSTrainingJob runs reconciles: on start (including after an operator restart), when
 the job or any of its children changes, and on a timer for progress, deadlines and TTLs. Each
 reconcile reads the job and its children fresh from the API, lets `plan_reconcile` decide, writes
 the status once, then applies the children and emits the events.
+
+The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
+daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
+be deleted while the operator is stopped (its namespace then stays Terminating). Nothing needs one:
+the children go with the job through their owner references, and the loop forgets the job when
+the watch says it is gone.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class OperatorState:
     resync_seconds: float = 10.0
     progress_port: int = DEFAULT_PROGRESS_PORT
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    loops: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
@@ -66,6 +73,8 @@ def _state(memo: Any) -> OperatorState:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    # No handler needs a finalizer; kopf removes this one (put on jobs by versions that ran kopf
+    # daemons) from every job it sees, so upgraded clusters are not left with undeletable jobs.
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
@@ -76,7 +85,10 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
-    session = _state(memo).session
+    state = _state(memo)
+    for key in list(state.loops):
+        await _stop_loop(state, key)
+    session = state.session
     if session is not None:
         await session.close()
 
@@ -94,8 +106,32 @@ def _wake(memo: Any, namespace: str | None, job_name: str | None) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="job-changed")
-def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+async def job_changed(
+    type: str | None, body: kopf.Body, namespace: str | None, name: str, memo: Any, logger: Any, **_: Any
+) -> None:
+    """Every job has a reconcile loop while it exists and is not being deleted (listing included)."""
+    state = _state(memo)
+    if namespace is None:  # PSTrainingJob is namespaced; kopf types allow None for cluster objects
+        return
+    key = (namespace, name)
+    if type == "DELETED" or body.metadata.get("deletionTimestamp"):
+        await _stop_loop(state, key)
+        return
+    if key not in state.loops:
+        state.wakeups[key] = asyncio.Event()
+        state.loops[key] = asyncio.create_task(
+            run_job(state, namespace, name, logger), name=f"{namespace}/{name}"
+        )
     _wake(memo, namespace, name)
+
+
+async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
+    """Cancel the job's loop and wait for it: its clean-up (wake-up, metrics) runs before this returns."""
+    loop = state.loops.get(key)
+    if loop is not None:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
 
 
 @kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
@@ -200,27 +236,25 @@ async def reconcile_once(
     return plan
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, id="reconcile", cancellation_timeout=10.0)
-async def run_job(
-    name: str, namespace: str | None, memo: Any, stopped: kopf.DaemonStopped, logger: Any, **_: Any
-) -> None:
-    state = _state(memo)
-    if namespace is None:  # PSTrainingJob is namespaced; kopf types allow None for cluster objects
-        return
+async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) -> None:
+    """Reconcile the job until it is gone or its loop is cancelled (deleted job, operator stopping)."""
     key = (namespace, name)
     wake = state.wakeups.setdefault(key, asyncio.Event())
     try:
-        while not stopped:
+        while True:
             wake.clear()
             wait = state.resync_seconds
             with state.metrics.reconcile_seconds.time():
                 try:
                     plan = await reconcile_once(state, namespace, name, logger)
                     state.metrics.reconciles.labels("ok").inc()
-                except Exception:  # one bad reconcile must not end the job's daemon
+                except Exception:  # one bad reconcile must not end the job's loop
                     logger.exception("reconcile failed; retrying")
                     state.metrics.reconciles.labels("error").inc()
                     plan, wait = None, 2.0
+                else:
+                    if plan is None:  # gone or being deleted, even if its watch event is still to come
+                        return
             if plan is not None and plan.requeue_after is not None:
                 wait = min(wait, max(plan.requeue_after, 0.5))
             with contextlib.suppress(TimeoutError):
@@ -228,5 +262,7 @@ async def run_job(
             # Let a burst of child events settle into one reconcile.
             await asyncio.sleep(0.2)
     finally:
-        state.wakeups.pop(key, None)
-        state.metrics.forget(namespace, name)
+        if state.loops.get(key) is asyncio.current_task():
+            state.loops.pop(key)
+            state.wakeups.pop(key, None)
+        state.metrics.forget(namespace, name)  # a deleted job leaves no series behind
