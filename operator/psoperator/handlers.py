@@ -29,6 +29,7 @@ import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
+from psoperator.faults import Fault, crash_at
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
 from psoperator.observe import Observed, PodView, build_observed, parse_pod
@@ -52,6 +53,7 @@ class OperatorState:
     cluster_domain: str = "cluster.local"
     resync_seconds: float = 10.0
     progress_port: int = DEFAULT_PROGRESS_PORT
+    faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     loops: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
@@ -204,6 +206,8 @@ async def reconcile_once(
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         await in_thread(state.kube.patch_job_status, namespace, name, patch)
+    if plan.restarted:
+        crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.faults)
     if plan.delete_job:
         kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
         await in_thread(state.kube.delete_job, namespace, name, uid)
