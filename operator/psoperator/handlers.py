@@ -32,7 +32,7 @@ from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
-from psoperator.observe import Observed, PodView, build_observed, parse_pod
+from psoperator.observe import Observed, PodView, build_observed, owned_pods, parse_pod
 from psoperator.policies.recovery import unexplained
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
@@ -184,12 +184,10 @@ async def reconcile_once(
     uid = job["metadata"]["uid"]
     ours = [c for c in children if owned_by(c, uid)]
     tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
-    # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
     owners = {c["metadata"]["uid"] for c in ours}
 
     def observe(listed: list[Obj]) -> Observed:
-        mine = [p for p in listed if any(owned_by(p, o) for o in owners)]
-        return build_observed(ours, mine, name, dict(state.departed))
+        return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
 
     observed = observe(pods)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
@@ -212,10 +210,18 @@ async def reconcile_once(
         kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return plan
+    if plan.delete_pods:
+        await in_thread(state.kube.delete_pods, namespace, plan.delete_pods)
     if plan.render is not None:
         desired = render_children(job, plan.render)
         result = await in_thread(
-            state.kube.apply_children, namespace, uid, desired, children, create_missing=plan.create_missing
+            state.kube.apply_children,
+            namespace,
+            uid,
+            desired,
+            children,
+            create_missing=plan.create_missing,
+            hold_chief=plan.hold_chief,
         )
         if plan.restarted:
             state.metrics.recovery_seconds.observe(time.monotonic() - started)

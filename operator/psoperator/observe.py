@@ -257,6 +257,11 @@ class Observed:
         others = [p for role in Role if role is not Role.CHIEF for p in self.role_pods(role)]
         return [*([chief] if chief is not None else []), *others]
 
+    def former_chiefs(self, attempt: int) -> list[PodView]:
+        """Chief pods of other attempts whose containers may still run (being deleted or not)."""
+        chiefs = self.role_pods(Role.CHIEF)
+        return [p for p in chiefs if p.attempt != attempt and p.phase not in ("Succeeded", "Failed")]
+
     def current_chief_job(self, attempt: int) -> JobView | None:
         """The chief Job of this attempt (being deleted or not); None while only an older one exists."""
         job = self.chief_job
@@ -288,3 +293,17 @@ def build_observed(
         children={(c["kind"], c["metadata"]["name"]): c for c in children},
         departed=departed,
     )
+
+
+def owned_pods(pods: list[Obj], owner_uids: set[str], job_name: str) -> list[Obj]:
+    """The pods of the job's own StatefulSets and Jobs (a pod that merely carries the labels is not),
+    and the pods of its older chief Jobs: the old Job is deleted before its pod has stopped, and that
+    pod must still be seen, so that a new chief waits for it."""
+    chief_name = child_name(job_name, Role.CHIEF)
+
+    def ours(pod: Obj) -> bool:
+        refs = [r for r in _list(_dict(pod.get("metadata")).get("ownerReferences")) if isinstance(r, dict)]
+        older_chief = any(r.get("kind") == "Job" and r.get("name") == chief_name for r in refs)
+        return older_chief or any(r.get("uid") in owner_uids for r in refs)
+
+    return [p for p in pods if ours(p)]

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
-from psoperator.draft import Draft, Event, ReconcilePlan
+from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.observe import START_ERRORS, Observed
 from psoperator.policies import deadline, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
@@ -231,6 +231,23 @@ def detect_stall(spec: PSTrainingJobSpec, d: Draft) -> bool:
     return GO_ON
 
 
+# Grace of an old attempt's chief pod: long enough for a SIGTERM, short enough to restart quickly.
+OLD_CHIEF_GRACE_SECONDS = 5
+# How soon to look again while an old chief pod is stopping: the common case is well under a second.
+OLD_CHIEF_POLL_SECONDS = 0.5
+
+
+def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Never two coordinators: while a chief pod of an older attempt runs (it was asked to stop with
+    a grace period, or its node is gone), the current attempt's chief Job is not created."""
+    former = d.observed.former_chiefs(d.status.restarts)
+    d.hold_chief = bool(former)
+    d.delete_pods += [PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS) for p in former if not p.deleting]
+    if former:
+        d.wake_in(OLD_CHIEF_POLL_SECONDS)
+    return GO_ON
+
+
 STAGES: tuple[Stage, ...] = (
     when_finished,
     admit_sizing,
@@ -242,6 +259,7 @@ STAGES: tuple[Stage, ...] = (
     count_replicas,
     set_phase,
     detect_stall,
+    retire_old_chiefs,
 )
 
 
@@ -265,7 +283,7 @@ def plan_reconcile(
             break
     else:  # the job runs on: the children of the current attempt, and a wake-up for the deadline
         d.render = d.options()
-        d.requeue_after = deadline.seconds_left(spec, d.status, d.now)
+        d.wake_in(deadline.seconds_left(spec, d.status, d.now))
     return d.plan()
 
 

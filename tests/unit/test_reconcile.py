@@ -555,3 +555,36 @@ def test_clean_pod_policy_none_keeps_the_chief_of_a_failed_job_running() -> None
         NOW,
     )
     assert plan.status["phase"] == "Failed" and not _chief_suspended(plan)
+
+
+def _ps_lost_restart() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    lost = [p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh") for p in BASE]
+    return running, lost
+
+
+def test_a_restart_deletes_the_old_chief_pod_and_holds_the_new_job_until_it_is_gone() -> None:
+    """Never two coordinators: the new chief Job waits while the old attempt's pod still runs."""
+    running, lost = _ps_lost_restart()
+    plan = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
+    assert plan.restarted and plan.hold_chief
+    assert [(d.pod, d.grace_seconds) for d in plan.delete_pods] == [("ctr-chief-0x", 5)]
+    assert plan.requeue_after == 0.5  # the common case stays fast: look again soon
+    # Next reconcile: the old pod is terminating. Still held; it is not deleted again.
+    dying = [pod("chief", 0, attempt=0, deleting=True), *lost[1:]]
+    again = plan_reconcile({**running, "status": plan.status}, observed(dying, chief_job(0)), None, NOW)
+    assert again.hold_chief and again.delete_pods == [] and again.requeue_after == 0.5
+    # The old pod is gone: the new Job may be created.
+    gone = plan_reconcile({**running, "status": again.status}, observed(lost[1:]), None, NOW)
+    assert not gone.hold_chief and gone.delete_pods == []
+
+
+def test_an_old_chief_that_already_failed_does_not_hold_the_new_one() -> None:
+    """The common ChiefFailed restart: its pod ran to the end, nothing to wait for."""
+    failed = [
+        pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"}),
+        *BASE[1:],
+    ]
+    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    plan = plan_reconcile(running, observed(failed, chief_job(0, failed="BackoffLimitExceeded")), None, NOW)
+    assert plan.restarted and not plan.hold_chief and plan.delete_pods == []
