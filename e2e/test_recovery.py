@@ -264,3 +264,24 @@ def test_operator_down_during_a_ps_failure_recovers_once_after_restart(
     _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
+
+
+def test_a_ps_on_a_lost_node_is_force_deleted_and_the_chief_restarts(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The node stops being Ready: after nodeLostTimeoutSeconds the operator force-deletes the pods
+    on it (the StatefulSet and a new chief attempt replace them) and records NodeLost, uncounted."""
+    _start(k8s, namespace, failurePolicy={"nodeLostTimeoutSeconds": 5})
+    node = psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)["spec"]["nodeName"]
+    chaos.make_node_not_ready(k8s, node)
+    try:
+        status = wait_for(
+            lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("restarts", 0) >= 1 and s,
+            timeout=90,
+            message=lambda: f"a NodeLost restart; status {psjobs.status(k8s, namespace, 'ctr')}",
+        )
+        assert status["lastFailure"]["reason"] == "NodeLost"
+        assert status["countedRestarts"] == 0
+    finally:
+        chaos.make_node_ready(k8s, node)
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +32,8 @@ from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
-from psoperator.observe import Observed, PodView, build_observed, owned_pods, parse_pod
+from psoperator.observe import Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
+from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
@@ -171,6 +172,16 @@ async def _progress(state: OperatorState, observed: Observed, attempt: int) -> P
     return None
 
 
+async def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
+    """The nodes of the pods that are not ready, for the node-lost policy (healthy jobs read none)."""
+    names = node_lost.suspect_nodes(observed)
+    if not names:
+        return observed
+    nodes = await in_thread(state.kube.get_nodes, names)
+    parsed = {n: parse_node(obj) if obj is not None else None for n, obj in nodes.items()}
+    return replace(observed, nodes=parsed)
+
+
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
@@ -197,6 +208,7 @@ async def reconcile_once(
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
         observed = observe(await in_thread(state.kube.list_pods, namespace, name))
+    observed = await _with_nodes(state, observed)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)

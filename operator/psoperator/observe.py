@@ -109,6 +109,7 @@ class PodView:
     # Restart counts of the other containers (istio-proxy, fluent-bit, ...), by name.
     sidecar_restarts: dict[str, int] = field(default_factory=dict)
     unscheduled: Unscheduled | None = None  # the scheduler has not placed it yet, and says why
+    node_lost: str | None = None  # set by the plan: why its node counts as lost (it is force-deleted)
 
     @property
     def running(self) -> bool:
@@ -232,6 +233,25 @@ def parse_job(job: Obj) -> JobView:
 
 
 @dataclass(frozen=True)
+class NodeView:
+    """A node's Ready condition ("True", "False", or "Unknown": its kubelet stopped reporting), since when."""
+
+    name: str
+    ready: str
+    since: str | None
+
+
+def parse_node(node: Obj) -> NodeView:
+    conditions = [c for c in _list(_dict(node.get("status")).get("conditions")) if isinstance(c, dict)]
+    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    return NodeView(
+        name=str(_dict(node.get("metadata")).get("name", "")),
+        ready=str(ready.get("status") or "Unknown"),
+        since=ready.get("lastTransitionTime"),
+    )
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one reconcile knows about a job's children."""
 
@@ -241,6 +261,8 @@ class Observed:
     # The last state the watch showed of pods that failed or went away (uid -> view): a pod that is
     # replaced between two reconciles is still classified by what really happened to it.
     departed: dict[str, PodView] = field(default_factory=dict)
+    # The nodes of pods that are not ready, by name (None: the node object is gone).
+    nodes: dict[str, NodeView | None] = field(default_factory=dict)
 
     def role_pods(self, role: Role) -> list[PodView]:
         return sorted(

@@ -25,7 +25,7 @@ from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
 from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.observe import START_ERRORS, Observed
-from psoperator.policies import deadline, recovery, scheduling, stall, success, ttl
+from psoperator.policies import deadline, node_lost, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
 from psoperator.sizing import SizingLevel, check_ps_memory
@@ -120,6 +120,18 @@ def detect_success(spec: PSTrainingJobSpec, d: Draft) -> bool:
         return GO_ON
     step = f" at step {d.status.step}" if d.status.step is not None else ""
     return _end(spec, d, Phase.SUCCEEDED, "ChiefCompleted", f"the chief completed{step}", stop=True)
+
+
+def force_delete_lost_pods(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Pods whose node has been lost for nodeLostTimeoutSeconds are force-deleted, and marked so
+    that recovery records NodeLost and restarts per the matrix."""
+    lost, due = node_lost.lost_pods(spec, d.observed, d.now)
+    d.wake_in(due)
+    if lost:
+        by_uid = {p.uid: p for p in lost}
+        d.observed = replace(d.observed, pods=[by_uid.get(p.uid, p) for p in d.observed.pods])
+        d.delete_pods += [PodDeletion(p.name, p.uid, 0) for p in lost]
+    return GO_ON
 
 
 def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -242,7 +254,9 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
     a grace period, or its node is gone), the current attempt's chief Job is not created."""
     former = d.observed.former_chiefs(d.status.restarts)
     d.hold_chief = bool(former)
-    d.delete_pods += [PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS) for p in former if not p.deleting]
+    # A pod of a lost node is force-deleted already (force_delete_lost_pods).
+    asked = [p for p in former if not (p.deleting or p.node_lost)]
+    d.delete_pods += [PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS) for p in asked]
     if former:
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
     return GO_ON
@@ -254,6 +268,7 @@ STAGES: tuple[Stage, ...] = (
     suspend_or_resume,
     enforce_deadline,
     detect_success,
+    force_delete_lost_pods,
     watch_scheduling,
     recover,
     count_replicas,

@@ -48,6 +48,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "suspend_or_resume",
         "enforce_deadline",
         "detect_success",
+        "force_delete_lost_pods",
         "watch_scheduling",
         "recover",
         "count_replicas",
