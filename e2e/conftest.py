@@ -239,6 +239,8 @@ class OperatorProcess:
         self.namespace = namespace
         self.log_path = log_path
         self.extra_args = list(extra_args or [])
+        # Extra environment of the next start, e.g. PSOPERATOR_FAULT (psoperator/faults.py).
+        self.extra_env: dict[str, str] = {}
         self.liveness_url = ""
         self.starts = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -265,7 +267,7 @@ class OperatorProcess:
             raise RuntimeError("operator already running")
         self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
         self.starts += 1
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.extra_env}
         with self.log_path.open("ab") as log:
             log.write(f"=== start {self.starts}: {' '.join(self.command())}\n".encode())
             log.flush()

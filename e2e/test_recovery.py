@@ -16,6 +16,7 @@ from kubernetes import client
 from e2e import chaos, psjobs
 from e2e.conftest import OperatorProcess
 from e2e.util import holds_for, wait_for
+from psoperator.faults import FAULT_ENV, FAULT_EXIT_CODE, Fault
 
 Obj = dict[str, Any]
 # "Within seconds": the operator reacts to the pod event; the budget covers a slow CI machine.
@@ -227,13 +228,24 @@ def test_operator_killed_after_deciding_a_restart_finishes_it_once(
     k8s: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
     chief, _ = _start(k8s, namespace)
-    operator.kill()
-    # What a crash right after the status write leaves: restarts says 1, the chief is still attempt 0.
-    client.CustomObjectsApi(k8s).patch_namespaced_custom_object_status(
-        psjobs.GROUP, psjobs.VERSION, namespace, psjobs.PLURAL, "ctr",
-        {"status": {"restarts": 1, "countedRestarts": 1, "phase": "Restarting",
-                    "tracking": {"psEstablished": False}}},
-    )  # fmt: skip
+    # The real crash window: the operator exits right after writing restarts=1, before it touches
+    # the chief Job (PSOPERATOR_FAULT, a test hook in psoperator/faults.py).
+    operator.stop()
+    operator.extra_env = {FAULT_ENV: Fault.EXIT_AFTER_RESTART_STATUS_WRITE.value}
+    operator.start()
+    chaos.fail_container(
+        k8s, namespace, psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)["metadata"]["name"], 138
+    )
+    wait_for(lambda: not operator.running, timeout=30, message="the operator crashed at the fault point")
+    assert operator.stop() == FAULT_EXIT_CODE
+    status = psjobs.status(k8s, namespace, "ctr")
+    assert (status["restarts"], status["phase"]) == (1, "Restarting")
+    attempts = {
+        p["metadata"]["labels"].get(psjobs.LABEL_ATTEMPT)
+        for p in psjobs.live_pods(k8s, namespace, "ctr", "chief")
+    }
+    assert attempts == {"0"}, "the crash came before the chief Job was replaced"
+    operator.extra_env = {}
     operator.start()
     _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
@@ -252,3 +264,24 @@ def test_operator_down_during_a_ps_failure_recovers_once_after_restart(
     _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
+
+
+def test_a_ps_on_a_lost_node_is_force_deleted_and_the_chief_restarts(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The node stops being Ready: after nodeLostTimeoutSeconds the operator force-deletes the pods
+    on it (the StatefulSet and a new chief attempt replace them) and records NodeLost, uncounted."""
+    _start(k8s, namespace, failurePolicy={"nodeLostTimeoutSeconds": 5})
+    node = psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)["spec"]["nodeName"]
+    chaos.make_node_not_ready(k8s, node)
+    try:
+        status = wait_for(
+            lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("restarts", 0) >= 1 and s,
+            timeout=90,
+            message=lambda: f"a NodeLost restart; status {psjobs.status(k8s, namespace, 'ctr')}",
+        )
+        assert status["lastFailure"]["reason"] == "NodeLost"
+        assert status["countedRestarts"] == 0
+    finally:
+        chaos.make_node_ready(k8s, node)
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)

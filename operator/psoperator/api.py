@@ -149,6 +149,17 @@ class FailurePolicy(_Model):
         ge=1,
         description="How long the chief waits for its peers before it exits to be restarted.",
     )
+    node_lost_timeout_seconds: int = Field(
+        120,
+        alias="nodeLostTimeoutSeconds",
+        ge=0,
+        description=(
+            "How long a pod's node may be NotReady or unreachable (its Ready condition not True, "
+            "counted from the condition's last transition) before the operator force-deletes the "
+            "pod, so that its StatefulSet or a new chief attempt can replace it; recorded as "
+            "NodeLost, a disruption that is not counted against maxRestarts."
+        ),
+    )
     startup_error_grace_seconds: int = Field(
         300,
         alias="startupErrorGraceSeconds",
@@ -174,7 +185,10 @@ class RunPolicy(_Model):
         None,
         alias="activeDeadlineSeconds",
         ge=1,
-        description="Fail the job when it has been running for longer than this.",
+        description=(
+            "Fail the job when it has been running for longer than this; its pods stop per "
+            "cleanPodPolicy, the running chief's included (its Job is suspended)."
+        ),
     )
     ttl_seconds_after_finished: int | None = Field(
         None,

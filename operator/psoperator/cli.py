@@ -58,11 +58,16 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     from psoperator import handlers  # noqa: F401  (registers the handlers)
+    from psoperator.faults import faults_from_environment
     from psoperator.handlers import OperatorState
     from psoperator.kube import Kube, load_config
     from psoperator.metrics import Metrics
 
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
+    try:
+        faults = faults_from_environment()
+    except ValueError as error:
+        return _usage_error("run", str(error))
     load_config()
     metrics = Metrics.create()
     if args.metrics_port:
@@ -73,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         cluster_domain=args.cluster_domain,
         resync_seconds=args.resync_seconds,
         progress_port=args.progress_port,
+        faults=faults,
     )
     kopf.configure(**options.logging)
     kopf.run(**options.run, memo=kopf.Memo(state=state))

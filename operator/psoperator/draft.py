@@ -30,6 +30,15 @@ class Event:
 
 
 @dataclass(frozen=True)
+class PodDeletion:
+    """A pod to delete, if it is still the one with this uid, with this grace (0: force)."""
+
+    pod: str
+    uid: str
+    grace_seconds: int
+
+
+@dataclass(frozen=True)
 class ReconcilePlan:
     status: Obj
     render: RenderOptions | None  # None: no children wanted (invalid spec)
@@ -42,6 +51,10 @@ class ReconcilePlan:
     # False once the job has ended: children are still patched (scaled down) but none is created or
     # replaced, so a chief Job deleted after the end does not come back to run against stopped PS.
     create_missing: bool = True
+    # A chief pod of an older attempt still runs: the current attempt's Job is not created yet, so
+    # two coordinators never write the same checkpoints.
+    hold_chief: bool = False
+    delete_pods: list[PodDeletion] = field(default_factory=list)
 
 
 @dataclass
@@ -58,6 +71,8 @@ class Draft:
     delete_job: bool = False
     restarted: bool = False
     create_missing: bool = True
+    hold_chief: bool = False
+    delete_pods: list[PodDeletion] = field(default_factory=list)
 
     @classmethod
     def start(cls, job: Obj, observed: Observed, now: datetime, cluster_domain: str) -> Draft:
@@ -66,17 +81,25 @@ class Draft:
         status.observed_generation = job.get("metadata", {}).get("generation")
         return cls(old, status, observed, now, cluster_domain)
 
+    def wake_in(self, seconds: float | None) -> None:
+        """Reconcile again in `seconds` at the latest (None: no need), keeping the soonest asked."""
+        if seconds is not None:
+            self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
     @property
     def stamp(self) -> str:
         return format_time(self.now)
 
-    def options(self, *, suspended: bool = False, stopped: bool = False) -> RenderOptions:
+    def options(
+        self, *, suspended: bool = False, stopped: bool = False, chief_stopped: bool = False
+    ) -> RenderOptions:
         """The children of the attempt the status names (after this reconcile's restart, if any)."""
         return RenderOptions(
             cluster_domain=self.cluster_domain,
             attempt=self.status.restarts,
             suspended=suspended,
             stopped=stopped,
+            chief_stopped=chief_stopped,
         )
 
     def condition(
@@ -126,4 +149,6 @@ class Draft:
             restarted=self.restarted,
             failures=self.failures,
             create_missing=self.create_missing,
+            hold_chief=self.hold_chief,
+            delete_pods=self.delete_pods,
         )

@@ -1,9 +1,15 @@
 """The kopf layer: thin, level-based, and readable top to bottom.
 
-One daemon per PSTrainingJob runs reconciles: on start (including after an operator restart), when
+One loop per PSTrainingJob runs reconciles: on start (including after an operator restart), when
 the job or any of its children changes, and on a timer for progress, deadlines and TTLs. Each
 reconcile reads the job and its children fresh from the API, lets `plan_reconcile` decide, writes
 the status once, then applies the children and emits the events.
+
+The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
+daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
+be deleted while the operator is stopped (its namespace then stays Terminating). Nothing needs one:
+the children go with the job through their owner references, and the loop forgets the job when
+the watch says it is gone.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,9 +29,11 @@ import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
+from psoperator.faults import Fault, crash_at
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
-from psoperator.observe import Observed, PodView, build_observed, parse_pod
+from psoperator.observe import Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
+from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
@@ -46,7 +54,9 @@ class OperatorState:
     cluster_domain: str = "cluster.local"
     resync_seconds: float = 10.0
     progress_port: int = DEFAULT_PROGRESS_PORT
+    faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    loops: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
@@ -66,6 +76,8 @@ def _state(memo: Any) -> OperatorState:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    # No handler needs a finalizer; kopf removes this one (put on jobs by versions that ran kopf
+    # daemons) from every job it sees, so upgraded clusters are not left with undeletable jobs.
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
@@ -76,7 +88,10 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
-    session = _state(memo).session
+    state = _state(memo)
+    for key in list(state.loops):
+        await _stop_loop(state, key)
+    session = state.session
     if session is not None:
         await session.close()
 
@@ -94,8 +109,32 @@ def _wake(memo: Any, namespace: str | None, job_name: str | None) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="job-changed")
-def job_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+async def job_changed(
+    type: str | None, body: kopf.Body, namespace: str | None, name: str, memo: Any, logger: Any, **_: Any
+) -> None:
+    """Every job has a reconcile loop while it exists and is not being deleted (listing included)."""
+    state = _state(memo)
+    if namespace is None:  # PSTrainingJob is namespaced; kopf types allow None for cluster objects
+        return
+    key = (namespace, name)
+    if type == "DELETED" or body.metadata.get("deletionTimestamp"):
+        await _stop_loop(state, key)
+        return
+    if key not in state.loops:
+        state.wakeups[key] = asyncio.Event()
+        state.loops[key] = asyncio.create_task(
+            run_job(state, namespace, name, logger), name=f"{namespace}/{name}"
+        )
     _wake(memo, namespace, name)
+
+
+async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
+    """Cancel the job's loop and wait for it: its clean-up (wake-up, metrics) runs before this returns."""
+    loop = state.loops.get(key)
+    if loop is not None:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
 
 
 @kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
@@ -133,6 +172,16 @@ async def _progress(state: OperatorState, observed: Observed, attempt: int) -> P
     return None
 
 
+async def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
+    """The nodes of the pods that are not ready, for the node-lost policy (healthy jobs read none)."""
+    names = node_lost.suspect_nodes(observed)
+    if not names:
+        return observed
+    nodes = await in_thread(state.kube.get_nodes, names)
+    parsed = {n: parse_node(obj) if obj is not None else None for n, obj in nodes.items()}
+    return replace(observed, nodes=parsed)
+
+
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
@@ -146,12 +195,10 @@ async def reconcile_once(
     uid = job["metadata"]["uid"]
     ours = [c for c in children if owned_by(c, uid)]
     tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
-    # Only pods of our own StatefulSets and Jobs count: a pod that merely carries the labels does not.
     owners = {c["metadata"]["uid"] for c in ours}
 
     def observe(listed: list[Obj]) -> Observed:
-        mine = [p for p in listed if any(owned_by(p, o) for o in owners)]
-        return build_observed(ours, mine, name, dict(state.departed))
+        return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
 
     observed = observe(pods)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
@@ -161,6 +208,7 @@ async def reconcile_once(
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
         observed = observe(await in_thread(state.kube.list_pods, namespace, name))
+    observed = await _with_nodes(state, observed)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)
@@ -168,14 +216,24 @@ async def reconcile_once(
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         await in_thread(state.kube.patch_job_status, namespace, name, patch)
+    if plan.restarted:
+        crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.faults)
     if plan.delete_job:
         kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return plan
+    if plan.delete_pods:
+        await in_thread(state.kube.delete_pods, namespace, plan.delete_pods)
     if plan.render is not None:
         desired = render_children(job, plan.render)
         result = await in_thread(
-            state.kube.apply_children, namespace, uid, desired, children, create_missing=plan.create_missing
+            state.kube.apply_children,
+            namespace,
+            uid,
+            desired,
+            children,
+            create_missing=plan.create_missing,
+            hold_chief=plan.hold_chief,
         )
         if plan.restarted:
             state.metrics.recovery_seconds.observe(time.monotonic() - started)
@@ -200,27 +258,25 @@ async def reconcile_once(
     return plan
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, id="reconcile", cancellation_timeout=10.0)
-async def run_job(
-    name: str, namespace: str | None, memo: Any, stopped: kopf.DaemonStopped, logger: Any, **_: Any
-) -> None:
-    state = _state(memo)
-    if namespace is None:  # PSTrainingJob is namespaced; kopf types allow None for cluster objects
-        return
+async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) -> None:
+    """Reconcile the job until it is gone or its loop is cancelled (deleted job, operator stopping)."""
     key = (namespace, name)
     wake = state.wakeups.setdefault(key, asyncio.Event())
     try:
-        while not stopped:
+        while True:
             wake.clear()
             wait = state.resync_seconds
             with state.metrics.reconcile_seconds.time():
                 try:
                     plan = await reconcile_once(state, namespace, name, logger)
                     state.metrics.reconciles.labels("ok").inc()
-                except Exception:  # one bad reconcile must not end the job's daemon
+                except Exception:  # one bad reconcile must not end the job's loop
                     logger.exception("reconcile failed; retrying")
                     state.metrics.reconciles.labels("error").inc()
                     plan, wait = None, 2.0
+                else:
+                    if plan is None:  # gone or being deleted, even if its watch event is still to come
+                        return
             if plan is not None and plan.requeue_after is not None:
                 wait = min(wait, max(plan.requeue_after, 0.5))
             with contextlib.suppress(TimeoutError):
@@ -228,5 +284,7 @@ async def run_job(
             # Let a burst of child events settle into one reconcile.
             await asyncio.sleep(0.2)
     finally:
-        state.wakeups.pop(key, None)
-        state.metrics.forget(namespace, name)
+        if state.loops.get(key) is asyncio.current_task():
+            state.loops.pop(key)
+            state.wakeups.pop(key, None)
+        state.metrics.forget(namespace, name)  # a deleted job leaves no series behind

@@ -20,8 +20,9 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import PROGRESS_PATH, ProgressReport
+from psoperator.draft import PodDeletion
 from psoperator.render import changeable
-from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB
 
 Obj = dict[str, Any]
 FIELD_MANAGER = "ps-training-operator"
@@ -154,6 +155,18 @@ class Kube:
         )
         return list(listed.get("items", []))
 
+    def get_nodes(self, names: set[str]) -> dict[str, Obj | None]:
+        """The named nodes only (never a list of all); None for a node that no longer exists."""
+        nodes: dict[str, Obj | None] = {}
+        for name in sorted(names):
+            try:
+                nodes[name] = self._call("GET", f"/api/v1/nodes/{name}")
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                nodes[name] = None
+        return nodes
+
     def apply_children(
         self,
         namespace: str,
@@ -162,10 +175,13 @@ class Kube:
         observed: list[Obj],
         *,
         create_missing: bool = True,
+        hold_chief: bool = False,
     ) -> ApplyResult:
         """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt.
 
-        Without `create_missing` (the job has ended) only what exists is patched.
+        Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
+        (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
+        attempt's is not created yet. The old chief pods are the plan's to delete (`delete_pods`).
         """
         result = ApplyResult()
         live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
@@ -183,9 +199,10 @@ class Kube:
                 continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
             if current is not None and replace:
                 self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
-                self._delete_pods(namespace, current)
                 result.deleted.append(ref)
                 current = None
+            if current is None and hold_chief and self._attempt(manifest) is not None:
+                continue  # the chief Job waits until no older chief pod runs
             try:
                 if current is None:
                     self._call("POST", self._path(kind, namespace), manifest)
@@ -233,17 +250,11 @@ class Kube:
         value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
         return str(value) if value is not None else None
 
-    def _delete_pods(self, namespace: str, job: Obj) -> None:
-        """Delete an old chief Job's pods now rather than when the garbage collector gets to them."""
-        job_name = job["metadata"]["labels"].get(LABEL_JOB, "")
-        selector = f"{LABEL_JOB}={job_name},{LABEL_ROLE}=chief,{LABEL_ATTEMPT}={self._attempt(job)}"
-        listed = self._call(
-            "GET", f"/api/v1/namespaces/{namespace}/pods", query=[("labelSelector", selector)]
-        )
-        for pod in listed.get("items", []):
-            if owned_by(pod, job["metadata"]["uid"]):
-                path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
-                self._delete_at(path, pod["metadata"]["uid"], gracePeriodSeconds=5)
+    def delete_pods(self, namespace: str, deletions: list[PodDeletion]) -> None:
+        """Delete pods the plan named, each only if it is still the pod it saw (uid precondition)."""
+        for d in deletions:
+            path = f"/api/v1/namespaces/{namespace}/pods/{d.pod}"
+            self._delete_at(path, d.uid, gracePeriodSeconds=d.grace_seconds)
 
 
 def _reason(error: ApiException) -> str:

@@ -109,6 +109,7 @@ class PodView:
     # Restart counts of the other containers (istio-proxy, fluent-bit, ...), by name.
     sidecar_restarts: dict[str, int] = field(default_factory=dict)
     unscheduled: Unscheduled | None = None  # the scheduler has not placed it yet, and says why
+    node_lost: str | None = None  # set by the plan: why its node counts as lost (it is force-deleted)
 
     @property
     def running(self) -> bool:
@@ -232,6 +233,25 @@ def parse_job(job: Obj) -> JobView:
 
 
 @dataclass(frozen=True)
+class NodeView:
+    """A node's Ready condition ("True", "False", or "Unknown": its kubelet stopped reporting), since when."""
+
+    name: str
+    ready: str
+    since: str | None
+
+
+def parse_node(node: Obj) -> NodeView:
+    conditions = [c for c in _list(_dict(node.get("status")).get("conditions")) if isinstance(c, dict)]
+    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    return NodeView(
+        name=str(_dict(node.get("metadata")).get("name", "")),
+        ready=str(ready.get("status") or "Unknown"),
+        since=ready.get("lastTransitionTime"),
+    )
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything one reconcile knows about a job's children."""
 
@@ -241,6 +261,8 @@ class Observed:
     # The last state the watch showed of pods that failed or went away (uid -> view): a pod that is
     # replaced between two reconciles is still classified by what really happened to it.
     departed: dict[str, PodView] = field(default_factory=dict)
+    # The nodes of pods that are not ready, by name (None: the node object is gone).
+    nodes: dict[str, NodeView | None] = field(default_factory=dict)
 
     def role_pods(self, role: Role) -> list[PodView]:
         return sorted(
@@ -256,6 +278,11 @@ class Observed:
         chief = self.chief_pod(attempt)
         others = [p for role in Role if role is not Role.CHIEF for p in self.role_pods(role)]
         return [*([chief] if chief is not None else []), *others]
+
+    def former_chiefs(self, attempt: int) -> list[PodView]:
+        """Chief pods of other attempts whose containers may still run (being deleted or not)."""
+        chiefs = self.role_pods(Role.CHIEF)
+        return [p for p in chiefs if p.attempt != attempt and p.phase not in ("Succeeded", "Failed")]
 
     def current_chief_job(self, attempt: int) -> JobView | None:
         """The chief Job of this attempt (being deleted or not); None while only an older one exists."""
@@ -288,3 +315,17 @@ def build_observed(
         children={(c["kind"], c["metadata"]["name"]): c for c in children},
         departed=departed,
     )
+
+
+def owned_pods(pods: list[Obj], owner_uids: set[str], job_name: str) -> list[Obj]:
+    """The pods of the job's own StatefulSets and Jobs (a pod that merely carries the labels is not),
+    and the pods of its older chief Jobs: the old Job is deleted before its pod has stopped, and that
+    pod must still be seen, so that a new chief waits for it."""
+    chief_name = child_name(job_name, Role.CHIEF)
+
+    def ours(pod: Obj) -> bool:
+        refs = [r for r in _list(_dict(pod.get("metadata")).get("ownerReferences")) if isinstance(r, dict)]
+        older_chief = any(r.get("kind") == "Job" and r.get("name") == chief_name for r in refs)
+        return older_chief or any(r.get("uid") in owner_uids for r in refs)
+
+    return [p for p in pods if ours(p)]

@@ -23,10 +23,11 @@ from pydantic import ValidationError
 from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
-from psoperator.draft import Draft, Event, ReconcilePlan
+from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.observe import START_ERRORS, Observed
-from psoperator.policies import deadline, recovery, scheduling, stall, success, ttl
+from psoperator.policies import deadline, node_lost, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
+from psoperator.render import RenderOptions
 from psoperator.sizing import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
 from psoperator.timeutil import format_time
@@ -46,10 +47,16 @@ def _end(spec: PSTrainingJobSpec, d: Draft, phase: Phase, reason: str, message: 
     `stop` is False only when the job never started (nothing to stop, and no children wanted).
     """
     d.end(phase, reason, message)
-    d.render = d.options(stopped=success.stop_pods_after_finish(spec)) if stop else None
+    d.render = _finished_options(spec, d, phase) if stop else None
     d.create_missing = False
     d.requeue_after = ttl.seconds_left(spec, d.status, d.now)
     return DECIDED
+
+
+def _finished_options(spec: PSTrainingJobSpec, d: Draft, phase: Phase) -> RenderOptions:
+    """The children of an ended job: scaled down per cleanPodPolicy, a still-running chief stopped."""
+    stop_chief = success.stop_chief_after_finish(spec, phase, d.observed, d.status.restarts)
+    return d.options(stopped=success.stop_pods_after_finish(spec), chief_stopped=stop_chief)
 
 
 def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -58,7 +65,7 @@ def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
         return GO_ON
     d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
     left = ttl.seconds_left(spec, d.status, d.now)
-    d.render = d.options(stopped=success.stop_pods_after_finish(spec))
+    d.render = _finished_options(spec, d, d.old.phase)
     d.create_missing = False
     d.delete_job = left is not None and left <= 0
     d.requeue_after = max(left, 0.0) if left is not None else None
@@ -113,6 +120,18 @@ def detect_success(spec: PSTrainingJobSpec, d: Draft) -> bool:
         return GO_ON
     step = f" at step {d.status.step}" if d.status.step is not None else ""
     return _end(spec, d, Phase.SUCCEEDED, "ChiefCompleted", f"the chief completed{step}", stop=True)
+
+
+def force_delete_lost_pods(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Pods whose node has been lost for nodeLostTimeoutSeconds are force-deleted, and marked so
+    that recovery records NodeLost and restarts per the matrix."""
+    lost, due = node_lost.lost_pods(spec, d.observed, d.now)
+    d.wake_in(due)
+    if lost:
+        by_uid = {p.uid: p for p in lost}
+        d.observed = replace(d.observed, pods=[by_uid.get(p.uid, p) for p in d.observed.pods])
+        d.delete_pods += [PodDeletion(p.name, p.uid, 0) for p in lost]
+    return GO_ON
 
 
 def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -224,17 +243,38 @@ def detect_stall(spec: PSTrainingJobSpec, d: Draft) -> bool:
     return GO_ON
 
 
+# Grace of an old attempt's chief pod: long enough for a SIGTERM, short enough to restart quickly.
+OLD_CHIEF_GRACE_SECONDS = 5
+# How soon to look again while an old chief pod is stopping: the common case is well under a second.
+OLD_CHIEF_POLL_SECONDS = 0.5
+
+
+def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Never two coordinators: while a chief pod of an older attempt runs (it was asked to stop with
+    a grace period, or its node is gone), the current attempt's chief Job is not created."""
+    former = d.observed.former_chiefs(d.status.restarts)
+    d.hold_chief = bool(former)
+    # A pod of a lost node is force-deleted already (force_delete_lost_pods).
+    asked = [p for p in former if not (p.deleting or p.node_lost)]
+    d.delete_pods += [PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS) for p in asked]
+    if former:
+        d.wake_in(OLD_CHIEF_POLL_SECONDS)
+    return GO_ON
+
+
 STAGES: tuple[Stage, ...] = (
     when_finished,
     admit_sizing,
     suspend_or_resume,
     enforce_deadline,
     detect_success,
+    force_delete_lost_pods,
     watch_scheduling,
     recover,
     count_replicas,
     set_phase,
     detect_stall,
+    retire_old_chiefs,
 )
 
 
@@ -258,7 +298,7 @@ def plan_reconcile(
             break
     else:  # the job runs on: the children of the current attempt, and a wake-up for the deadline
         d.render = d.options()
-        d.requeue_after = deadline.seconds_left(spec, d.status, d.now)
+        d.wake_in(deadline.seconds_left(spec, d.status, d.now))
     return d.plan()
 
 

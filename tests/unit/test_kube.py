@@ -8,6 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
+from psoperator.draft import PodDeletion
 from psoperator.kube import Kube
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_ATTEMPT
@@ -133,3 +134,28 @@ def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
     assert (method, path, content_type) == ("PATCH", CHIEF_PATH, "application/merge-patch+json")
     assert body["spec"]["suspend"] is True
     assert not {"template", "podFailurePolicy", "completions"} & set(body["spec"])
+
+
+def test_a_held_chief_replaces_nothing_yet_but_the_old_job_is_deleted() -> None:
+    live = _live(render_children(job()))
+    desired = render_children(job(), attempt=1)
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, live, hold_chief=True)
+    assert result.deleted == ["Job/ctr-chief"] and result.created == []
+    assert kube.calls == [("DELETE", CHIEF_PATH)]
+    held = RecordingKube()
+    assert held.apply_children(NS, "job-uid", desired, _without_chief(live), hold_chief=True).created == []
+
+
+def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
+    kube = RecordingKube()
+    kube.delete_pods(NS, [PodDeletion("ctr-chief-0x", "uid-1", 0)])
+    assert kube.calls == [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
+    _, body = kube.bodies[0]
+    assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
+
+
+def test_nodes_are_read_one_by_one_by_name() -> None:
+    kube = RecordingKube()
+    assert set(kube.get_nodes({"node-a", "node-b"})) == {"node-a", "node-b"}
+    assert sorted(kube.calls) == [("GET", "/api/v1/nodes/node-a"), ("GET", "/api/v1/nodes/node-b")]

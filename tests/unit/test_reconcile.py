@@ -8,6 +8,7 @@ from typing import Any
 from psoperator.contract import ProgressReport
 from psoperator.observe import Observed
 from psoperator.reconcile import plan_reconcile
+from psoperator.render import render_children
 from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of, with_status
 
@@ -513,3 +514,77 @@ def test_an_unschedulable_worker_never_fails_the_job() -> None:
     spec = job(failurePolicy={"schedulingTimeoutSeconds": 300})
     plan = plan_reconcile(with_status(spec, phase="Running"), observed(pods, chief_job()), None, NOW)
     assert plan.status["phase"] == "Running" and _conditions(plan.status)["Unschedulable"][0] == "True"
+
+
+def _chief_suspended(plan: Any) -> bool:
+    assert plan.render is not None
+    [chief] = [
+        m
+        for m in render_children(job(), plan.render)
+        if m["kind"] == "Job" and "chief" in m["metadata"]["name"]
+    ]
+    return bool(chief["spec"]["suspend"])
+
+
+def test_the_deadline_stops_the_running_chief_too() -> None:
+    """The chief Job is suspended (its pod deleted) with the PS and workers, and stays so afterwards."""
+    started = format_time(NOW - timedelta(seconds=61))
+    over = with_status(job(runPolicy={"activeDeadlineSeconds": 60}), phase="Running", startTime=started)
+    plan = plan_reconcile(over, observed(BASE, chief_job()), None, NOW)
+    assert plan.status["phase"] == "Failed" and plan.render is not None and plan.render.stopped
+    assert _chief_suspended(plan)
+    later = plan_reconcile({**over, "status": plan.status}, observed(BASE, chief_job()), None, NOW)
+    assert later.status["phase"] == "Failed" and _chief_suspended(later)
+
+
+def test_a_chief_that_ended_on_its_own_is_left_as_it_ended() -> None:
+    done = with_status(job(), phase="Succeeded", completionTime=format_time(NOW))
+    assert not _chief_suspended(plan_reconcile(done, observed(BASE[1:], chief_job(complete=True)), None, NOW))
+    failed = with_status(job(), phase="Failed", completionTime=format_time(NOW))
+    gone = chief_job(failed="PodFailurePolicy")
+    assert not _chief_suspended(plan_reconcile(failed, observed(BASE[1:], gone), None, NOW))
+
+
+def test_clean_pod_policy_none_keeps_the_chief_of_a_failed_job_running() -> None:
+    started = format_time(NOW - timedelta(seconds=61))
+    spec = {"activeDeadlineSeconds": 60, "cleanPodPolicy": "None"}
+    plan = plan_reconcile(
+        with_status(job(runPolicy=spec), phase="Running", startTime=started),
+        observed(BASE, chief_job()),
+        None,
+        NOW,
+    )
+    assert plan.status["phase"] == "Failed" and not _chief_suspended(plan)
+
+
+def _ps_lost_restart() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    lost = [p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh") for p in BASE]
+    return running, lost
+
+
+def test_a_restart_deletes_the_old_chief_pod_and_holds_the_new_job_until_it_is_gone() -> None:
+    """Never two coordinators: the new chief Job waits while the old attempt's pod still runs."""
+    running, lost = _ps_lost_restart()
+    plan = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
+    assert plan.restarted and plan.hold_chief
+    assert [(d.pod, d.grace_seconds) for d in plan.delete_pods] == [("ctr-chief-0x", 5)]
+    assert plan.requeue_after == 0.5  # the common case stays fast: look again soon
+    # Next reconcile: the old pod is terminating. Still held; it is not deleted again.
+    dying = [pod("chief", 0, attempt=0, deleting=True), *lost[1:]]
+    again = plan_reconcile({**running, "status": plan.status}, observed(dying, chief_job(0)), None, NOW)
+    assert again.hold_chief and again.delete_pods == [] and again.requeue_after == 0.5
+    # The old pod is gone: the new Job may be created.
+    gone = plan_reconcile({**running, "status": again.status}, observed(lost[1:]), None, NOW)
+    assert not gone.hold_chief and gone.delete_pods == []
+
+
+def test_an_old_chief_that_already_failed_does_not_hold_the_new_one() -> None:
+    """The common ChiefFailed restart: its pod ran to the end, nothing to wait for."""
+    failed = [
+        pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"}),
+        *BASE[1:],
+    ]
+    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    plan = plan_reconcile(running, observed(failed, chief_job(0, failed="BackoffLimitExceeded")), None, NOW)
+    assert plan.restarted and not plan.hold_chief and plan.delete_pods == []

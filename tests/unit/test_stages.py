@@ -8,7 +8,7 @@ from typing import Any
 from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.contract import Role
 from psoperator.draft import Draft, Event
-from psoperator.observe import Observed
+from psoperator.observe import Observed, owned_pods
 from psoperator.policies.recovery import restart_budget_used
 from psoperator.reconcile import (
     DECIDED,
@@ -48,11 +48,13 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "suspend_or_resume",
         "enforce_deadline",
         "detect_success",
+        "force_delete_lost_pods",
         "watch_scheduling",
         "recover",
         "count_replicas",
         "set_phase",
         "detect_stall",
+        "retire_old_chiefs",
     ]
 
 
@@ -183,3 +185,16 @@ def test_observed_names_the_current_chief_job_and_running_pods() -> None:
     job_view = seen.current_chief_job(1)
     assert job_view is not None and job_view.attempt == 1
     assert [p.name for p in seen.running(Role.PS)] == ["ctr-ps-0"]
+
+
+def test_pods_of_an_older_chief_job_count_as_ours_after_that_job_is_deleted() -> None:
+    """The old chief Job is deleted first; its terminating pod must still hold the new chief back."""
+    old = pod("chief", 0, attempt=0)
+    old["metadata"]["ownerReferences"] = [
+        {"kind": "Job", "name": "ctr-chief", "uid": "gone", "controller": True}
+    ]
+    stranger = pod("ps", 0)
+    stranger["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "x", "uid": "other"}]
+    assert [p["metadata"]["name"] for p in owned_pods([old, stranger], {"sts-uid"}, "ctr")] == [
+        "ctr-chief-0x"
+    ]

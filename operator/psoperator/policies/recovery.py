@@ -7,6 +7,8 @@ correct recovery is to restart the chief, which restores every variable from the
 | observed (the first row that matches decides)             | action                     | counted     |
 |------------------------------------------------------------|----------------------------|-------------|
 | chief or PS cannot start for the grace period              | FAIL StartupError          |             |
+| a pod on a lost node (node_lost.py force-deletes it): NodeLost, a disruption, then as its role:  |
+|   PS or chief -> RESTART_FROM_CHECKPOINT, worker -> RECORD | (rows below)               | no          |
 | PS failed, deleted, evicted, or restarted in place         | RESTART_FROM_CHECKPOINT    | yes** (a)   |
 |   (only RECORD before every PS ran with the current chief) |                            |             |
 | ... and the chief failed in the same reconcile             | RESTART (the PS the cause) | as the PS   |
@@ -134,6 +136,8 @@ def _termination_failure(pod: PodView, term: Termination | None, fallback: str) 
 def _classify_ended(pod: PodView) -> Failure | None:
     """A pod that failed, is being deleted, or was seen last in one of those states."""
     assert pod.role is not None
+    if pod.node_lost is not None:
+        return Failure(pod.role, pod.name, pod.index, "NodeLost", pod.node_lost, disruption=True)
     if pod.disruption is not None and (pod.failed or pod.deleting):
         reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
         return Failure(
@@ -210,6 +214,8 @@ def detect_failures(
 def _chief_failure(pod: PodView | None, job_reason: str | None, job_message: str) -> Failure:
     if pod is None:
         return Failure(Role.CHIEF, "", 0, job_reason or "Failed", job_message)
+    if pod.node_lost is not None:
+        return Failure(Role.CHIEF, pod.name, 0, "NodeLost", pod.node_lost, disruption=True)
     if pod.disruption is not None:
         reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
         return Failure(Role.CHIEF, pod.name, 0, reason, pod.disruption, disruption=True)
@@ -359,7 +365,11 @@ def situation(
     job = observed.current_chief_job(status.restarts)
     live = job is not None and not job.deleting
     chief = None
-    if live and job is not None and job.failed:
+    stranded = observed.chief_pod(status.restarts)
+    if live and stranded is not None and stranded.node_lost is not None:
+        # Its Job would wait for a terminal phase that a lost node never reports.
+        chief = _chief_failure(stranded, None, "")
+    elif live and job is not None and job.failed:
         last = observed.last_chief_pod(status.restarts)
         chief = _chief_failure(last, job.failure_reason, job.failure_message)
     ps = [_with_oom_advice(spec, f) for f in failures if f.role is Role.PS and not f.sidecar]
@@ -489,7 +499,7 @@ def next_tracking(
 
     After a restart the new chief has not met the parameter servers yet, so they are not established.
     """
-    live = [p for p in _tracked_pods(observed) if not p.deleting and not p.failed]
+    live = [p for p in _tracked_pods(observed) if not (p.deleting or p.failed or p.node_lost)]
     pods = {p.name: track_entry(p) for p in live}
     if restarted:
         return Tracking(psEstablished=False, pods=pods)

@@ -37,6 +37,9 @@ class RenderOptions:
     suspended: bool = False
     # Finished and cleaned: parameter servers, workers and evaluator stop; the chief Job stays as it ended.
     stopped: bool = False
+    # Failed while the chief still ran (the deadline, a PS that never started): its Job is suspended,
+    # which deletes its pod, so it does not train on against stopped parameter servers.
+    chief_stopped: bool = False
 
 
 def changeable(manifest: Manifest) -> Manifest:
@@ -116,7 +119,14 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
         attempt=opts.attempt,
     )
     children.append(
-        render_chief_job(spec, name, namespace, chief_template, attempt=opts.attempt, suspend=opts.suspended)
+        render_chief_job(
+            spec,
+            name,
+            namespace,
+            chief_template,
+            attempt=opts.attempt,
+            suspend=opts.suspended or opts.chief_stopped,
+        )
     )
 
     if spec.evaluator:

@@ -1,0 +1,101 @@
+"""The kopf layer's own decisions: no finalizer on jobs, and one reconcile loop per job that ends with it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+import pytest
+
+from psoperator import GROUP, handlers
+from psoperator.metrics import Metrics
+from psoperator.reconcile import ReconcilePlan
+from tests.unit.test_kube import RecordingKube
+
+
+def test_no_handler_makes_kopf_put_a_finalizer_on_jobs() -> None:
+    """A job must stay deletable while the operator is stopped: its children go by owner references."""
+    registry = kopf.get_default_registry()
+    spawning = registry._spawning.get_all_handlers()
+    changing = registry._changing.get_all_handlers()
+    assert not [h.id for h in [*spawning, *changing] if getattr(h, "requires_finalizer", False)]
+
+
+def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> None:
+    """kopf takes off the configured finalizer from a job when no handler needs one any more."""
+
+    async def configure() -> kopf.OperatorSettings:
+        settings = kopf.OperatorSettings()
+        memo = kopf.Memo(state=handlers.OperatorState(RecordingKube(), Metrics.create()))
+        await _kopf_fn(handlers.configure)(settings=settings, memo=memo)
+        await _kopf_fn(handlers.close)(memo=memo)
+        return settings
+
+    assert asyncio.run(configure()).persistence.finalizer == f"{GROUP}/finalizer"
+
+
+def _kopf_fn(fn: Any) -> Any:
+    """A handler as kopf calls it: with the keyword arguments it needs only (kopf types it stricter)."""
+    return fn
+
+
+class _Body(dict[str, Any]):
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self.get("metadata") or {})
+
+
+def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    reconciled: list[str] = []
+
+    async def fake_reconcile(_state: Any, namespace: str, name: str, _logger: Any) -> ReconcilePlan:
+        reconciled.append(f"{namespace}/{name}")
+        return ReconcilePlan(status={}, render=None)
+
+    monkeypatch.setattr(handlers, "reconcile_once", fake_reconcile)
+    state = handlers.OperatorState(RecordingKube(), Metrics.create())
+    memo = kopf.Memo(state=state)
+    log = logging.getLogger("test")
+
+    async def scenario() -> None:
+        body = _Body(metadata={"name": "ctr", "namespace": "ns"})
+        await _kopf_fn(handlers.job_changed)(
+            type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log
+        )
+        await asyncio.sleep(0.05)
+        assert reconciled == ["ns/ctr"] and ("ns", "ctr") in state.loops
+        state.metrics.set_phase("ns", "ctr", "Running")
+        await _kopf_fn(handlers.job_changed)(
+            type="DELETED", body=body, namespace="ns", name="ctr", memo=memo, logger=log
+        )
+        assert ("ns", "ctr") not in state.loops and ("ns", "ctr") not in state.wakeups
+        phases = [
+            s for m in state.metrics.registry.collect() for s in m.samples if s.labels.get("job") == "ctr"
+        ]
+        assert phases == []
+
+    asyncio.run(scenario())
+
+
+def test_a_loop_ends_by_itself_when_the_job_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job deleted while its watch event is still on the way: the loop ends, nothing is left."""
+
+    async def gone(*_: Any) -> None:
+        return None
+
+    monkeypatch.setattr(handlers, "reconcile_once", gone)
+    state = handlers.OperatorState(RecordingKube(), Metrics.create())
+    memo = kopf.Memo(state=state)
+
+    async def scenario() -> None:
+        body = _Body(metadata={"name": "ctr", "namespace": "ns"})
+        log = logging.getLogger("test")
+        await _kopf_fn(handlers.job_changed)(
+            type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log
+        )
+        await asyncio.sleep(0.05)
+        assert state.loops == {} and state.wakeups == {}
+
+    asyncio.run(scenario())
