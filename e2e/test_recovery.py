@@ -60,7 +60,8 @@ def test_worker_failure_leaves_the_chief_alone(
 ) -> None:
     chief, _ = _start(k8s, namespace)
     worker = psjobs.running_pod(k8s, namespace, "ctr", "worker", 1)
-    chaos.fail_container(k8s, namespace, worker["metadata"]["name"], exit_code=1)
+    # 138: retryable (exit 1, a bug in user code, would fail the job: workerPermanentExit FailJob).
+    chaos.fail_container(k8s, namespace, worker["metadata"]["name"], exit_code=138)
 
     wait_for(
         lambda: (psjobs.status(k8s, namespace, "ctr").get("lastFailure") or {}).get("role") == "worker",
@@ -68,7 +69,7 @@ def test_worker_failure_leaves_the_chief_alone(
         message="the worker failure recorded",
     )
     status = psjobs.status(k8s, namespace, "ctr")
-    assert status["lastFailure"]["index"] == 1 and status["lastFailure"]["exitCode"] == 1
+    assert status["lastFailure"]["index"] == 1 and status["lastFailure"]["exitCode"] == 138
     assert status["replicaStatuses"]["worker"]["restarts"] >= 1
     # The StatefulSet replaces the worker; the chief keeps running, nothing restarts.
     wait_for(

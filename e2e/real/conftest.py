@@ -167,6 +167,12 @@ def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:
 
 def install(kubeconfig: Path, release: str, namespace: str, *extra: str) -> None:
     """The README's install, with the locally built image; the namespace enforces `restricted`."""
+    # A namespace of an earlier install may still be terminating.
+    wait_for(
+        lambda: kubectl(kubeconfig, "get", "namespace", "--ignore-not-found", namespace, "-o", "name") == "",
+        timeout=300,
+        message=f"namespace {namespace} of an earlier run gone",
+    )
     kubectl(kubeconfig, "create", "namespace", namespace)
     kubectl(
         kubeconfig, "label", "namespace", namespace,
@@ -203,4 +209,4 @@ def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> 
     )
     yield RELEASE_NS
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
-    kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--timeout=180s")
+    kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--wait=false")

@@ -55,4 +55,4 @@ def test_the_chart_runs_the_operator_in_cluster_and_uninstalls_cleanly(
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
     wait_for(lambda: not _left_behind(kubeconfig), timeout=90, message=lambda: _left_behind(kubeconfig))
     assert kubectl(kubeconfig, "get", "crd", CRD, "-o", "name").strip().endswith(f"/{CRD}")
-    kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--timeout=180s")
+    kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--wait=false")
