@@ -344,13 +344,16 @@ CHART_NAMESPACE = "psoperator-system"
 
 
 @pytest.fixture(scope="session")
-def operator_kubeconfig(kubeconfig: Path, crd: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def operator_kubeconfig(
+    kubeconfig: Path, k8s: client.ApiClient, crd: str, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
     operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
     chart lacks (or no longer needs) shows up as a failing test."""
     kubectl = [_kubectl(), "--kubeconfig", str(kubeconfig)]
     rendered = subprocess.run(
         [str(CACHE / "bin" / "helm"), "template", "psoperator", str(CHART), "--namespace", CHART_NAMESPACE,
+         "--kube-version", client.VersionApi(k8s).get_code().git_version,
          "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip

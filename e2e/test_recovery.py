@@ -15,7 +15,7 @@ from kubernetes import client
 
 from e2e import chaos, psjobs
 from e2e.conftest import OperatorProcess
-from e2e.util import holds_for, wait_for
+from e2e.util import as_json, holds_for, wait_for
 from psoperator.faults import FAULT_ENV, FAULT_EXIT_CODE, Fault
 
 Obj = dict[str, Any]
@@ -286,3 +286,49 @@ def test_a_ps_on_a_lost_node_is_force_deleted_and_the_chief_restarts(
     finally:
         chaos.make_node_ready(k8s, node)
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+
+
+# Every field a running job lets change, each changed at once on a running job (suspend and the
+# deadline have their own tests: their effect is to stop the job).
+MUTABLE_CHANGES: dict[str, Any] = {
+    "failurePolicy": {
+        "maxRestarts": 7,
+        "permanentExitCodes": [1, 2, 3],
+        "workerPermanentExit": "Record",
+        "stallTimeoutSeconds": 3600,
+        "schedulingTimeoutSeconds": 3600,
+        "connectTimeoutSeconds": 120,
+        "nodeLostTimeoutSeconds": 300,
+        "startupErrorGraceSeconds": 600,
+    },
+    "runPolicy": {"ttlSecondsAfterFinished": 3600, "cleanPodPolicy": "Running"},
+}
+
+
+def _failure_rules(k8s: client.ApiClient, namespace: str) -> Any:
+    return as_json(k8s, client.BatchV1Api(k8s).read_namespaced_job("ctr-chief", namespace))["spec"][
+        "podFailurePolicy"
+    ]
+
+
+def test_every_mutable_field_changes_a_running_job_without_a_warning_storm(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    rules_before = _failure_rules(k8s, namespace)
+    psjobs.patch_spec(k8s, namespace, "ctr", MUTABLE_CHANGES)
+    generation = psjobs.get(k8s, namespace, "ctr")["metadata"]["generation"]  # type: ignore[index]
+    wait_for(
+        lambda: psjobs.status(k8s, namespace, "ctr").get("observedGeneration") == generation,
+        timeout=30,
+        message=f"generation {generation} observed",
+    )
+    # A few resyncs later: no child refused, no warning at all, and the same chief still running.
+    holds_for(lambda: psjobs.status(k8s, namespace, "ctr").get("phase") == "Running", duration=12)
+    warnings = [f"{e.reason}: {e.message}" for e in _events(k8s, namespace) if e.type == "Warning"]
+    assert warnings == []
+    assert psjobs.running_pod(k8s, namespace, "ctr", "chief")["metadata"]["uid"] == chief["metadata"]["uid"]
+    # The exit codes reach the next chief attempt; the running chief Job keeps the rules it has
+    # (the API server refuses to change them).
+    assert _failure_rules(k8s, namespace) == rules_before
+    assert psjobs.status(k8s, namespace, "ctr")["restarts"] == 0
