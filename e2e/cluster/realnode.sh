@@ -270,12 +270,12 @@ cmd_down() {
   stop containerd
   pkill -9 -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null || true
   [ -x "$BIN/kube-proxy" ] && "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
-  # Pod sandboxes' network namespaces and kubelet's volume mounts (tmpfs for tokens).
+  # Pod sandboxes' network namespaces, kubelet's volume mounts (tmpfs for tokens), the sandboxes'
+  # /dev/shm mounts in containerd's state.
   local m ns
   for ns in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done
-  awk -v root="$STATE/" 'index($2, root) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
-    umount -l "$m" 2>/dev/null || true
-  done
+  awk -v a="$STATE/" -v b="$RUN/" 'index($2, a) == 1 || index($2, b) == 1 {print $2}' /proc/mounts \
+    | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   rm -rf "$STATE/kubelet" "$STATE/cni-ipam" "$RUN"
   iptables -D FORWARD -s "$POD_CIDR" ! -d "$POD_CIDR" -j DROP 2>/dev/null || true
   ip route del blackhole "$SERVICE_CIDR" 2>/dev/null || true
