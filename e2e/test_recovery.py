@@ -288,7 +288,8 @@ def test_a_ps_on_a_lost_node_is_force_deleted_and_the_chief_restarts(
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
 
 
-# Every field a running job lets change, each changed at once on a running job (suspend and the
+# Every field a running job lets change (connectTimeoutSeconds is in every pod's environment: the
+# API server refuses it), each changed at once on a running job (suspend and the
 # deadline have their own tests: their effect is to stop the job).
 MUTABLE_CHANGES: dict[str, Any] = {
     "failurePolicy": {
@@ -297,7 +298,6 @@ MUTABLE_CHANGES: dict[str, Any] = {
         "workerPermanentExit": "Record",
         "stallTimeoutSeconds": 3600,
         "schedulingTimeoutSeconds": 3600,
-        "connectTimeoutSeconds": 120,
         "nodeLostTimeoutSeconds": 300,
         "startupErrorGraceSeconds": 600,
     },

@@ -32,7 +32,7 @@ from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.metrics import Metrics
-from psoperator.observe import Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
+from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
 from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
@@ -58,6 +58,8 @@ class OperatorState:
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     loops: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
+    # Node name -> its Ready condition, from kopf's node index (a watch, no reads per reconcile).
+    nodes: Mapping[str, Any] = field(default_factory=dict)
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
 
@@ -108,12 +110,28 @@ def _wake(memo: Any, namespace: str | None, job_name: str | None) -> None:
             event.set()
 
 
+@kopf.index("nodes", id="node_health")
+def node_health(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeView]:
+    """Each node's Ready condition. kopf fills every index before it handles any job, so a node
+    missing from it is a node that does not exist."""
+    return {name: parse_node(dict(body))}
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL, id="job-changed")
 async def job_changed(
-    type: str | None, body: kopf.Body, namespace: str | None, name: str, memo: Any, logger: Any, **_: Any
+    type: str | None,
+    body: kopf.Body,
+    namespace: str | None,
+    name: str,
+    memo: Any,
+    logger: Any,
+    node_health: kopf.Index[str, NodeView] | None = None,  # kopf passes every index by its id
+    **_: Any,
 ) -> None:
     """Every job has a reconcile loop while it exists and is not being deleted (listing included)."""
     state = _state(memo)
+    if node_health is not None:
+        state.nodes = node_health
     if namespace is None:  # PSTrainingJob is namespaced; kopf types allow None for cluster objects
         return
     key = (namespace, name)
@@ -172,14 +190,13 @@ async def _progress(state: OperatorState, observed: Observed, attempt: int) -> P
     return None
 
 
-async def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
-    """The nodes of the pods that are not ready, for the node-lost policy (healthy jobs read none)."""
-    names = node_lost.suspect_nodes(observed)
+def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
+    """The nodes of the job's pods, for the node-lost policy, from the node index."""
+    names = node_lost.nodes_of(observed)
     if not names:
         return observed
-    nodes = await in_thread(state.kube.get_nodes, names)
-    parsed = {n: parse_node(obj) if obj is not None else None for n, obj in nodes.items()}
-    return replace(observed, nodes=parsed)
+    known = {n: next(iter(state.nodes[n]), None) for n in names if n in state.nodes}
+    return replace(observed, nodes={n: known.get(n) for n in names})
 
 
 async def reconcile_once(
@@ -208,7 +225,7 @@ async def reconcile_once(
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
         observed = observe(await in_thread(state.kube.list_pods, namespace, name))
-    observed = await _with_nodes(state, observed)
+    observed = _with_nodes(state, observed)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)

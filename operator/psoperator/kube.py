@@ -155,18 +155,6 @@ class Kube:
         )
         return list(listed.get("items", []))
 
-    def get_nodes(self, names: set[str]) -> dict[str, Obj | None]:
-        """The named nodes only (never a list of all); None for a node that no longer exists."""
-        nodes: dict[str, Obj | None] = {}
-        for name in sorted(names):
-            try:
-                nodes[name] = self._call("GET", f"/api/v1/nodes/{name}")
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-                nodes[name] = None
-        return nodes
-
     def apply_children(
         self,
         namespace: str,

@@ -261,7 +261,7 @@ class Observed:
     # The last state the watch showed of pods that failed or went away (uid -> view): a pod that is
     # replaced between two reconciles is still classified by what really happened to it.
     departed: dict[str, PodView] = field(default_factory=dict)
-    # The nodes of pods that are not ready, by name (None: the node object is gone).
+    # The nodes of the job's pods, by name, from the node index (None: the node object is gone).
     nodes: dict[str, NodeView | None] = field(default_factory=dict)
 
     def role_pods(self, role: Role) -> list[PodView]:

@@ -154,7 +154,7 @@ def test_cluster_role_grants_exactly_what_the_operator_needs(helm: str) -> None:
         | _expect(["apps"], ["statefulsets"], owned)
         | _expect(["batch"], ["jobs"], owned)
         | _expect([""], ["pods"], "get list watch delete")
-        | _expect([""], ["nodes"], "get")
+        | _expect([""], ["nodes"], "list watch")
         | _expect(["", "events.k8s.io"], ["events"], "create patch")
         | _expect([""], ["namespaces"], "list watch")
         | _expect(["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch")

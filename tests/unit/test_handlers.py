@@ -62,13 +62,13 @@ def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.Monke
     async def scenario() -> None:
         body = _Body(metadata={"name": "ctr", "namespace": "ns"})
         await _kopf_fn(handlers.job_changed)(
-            type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log
+            type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log, node_health={}
         )
         await asyncio.sleep(0.05)
         assert reconciled == ["ns/ctr"] and ("ns", "ctr") in state.loops
         state.metrics.set_phase("ns", "ctr", "Running")
         await _kopf_fn(handlers.job_changed)(
-            type="DELETED", body=body, namespace="ns", name="ctr", memo=memo, logger=log
+            type="DELETED", body=body, namespace="ns", name="ctr", memo=memo, logger=log, node_health={}
         )
         assert ("ns", "ctr") not in state.loops and ("ns", "ctr") not in state.wakeups
         phases = [
@@ -93,7 +93,7 @@ def test_a_loop_ends_by_itself_when_the_job_is_gone(monkeypatch: pytest.MonkeyPa
         body = _Body(metadata={"name": "ctr", "namespace": "ns"})
         log = logging.getLogger("test")
         await _kopf_fn(handlers.job_changed)(
-            type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log
+            type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log, node_health={}
         )
         await asyncio.sleep(0.05)
         assert state.loops == {} and state.wakeups == {}

@@ -154,8 +154,3 @@ def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
     _, body = kube.bodies[0]
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
 
-
-def test_nodes_are_read_one_by_one_by_name() -> None:
-    kube = RecordingKube()
-    assert set(kube.get_nodes({"node-a", "node-b"})) == {"node-a", "node-b"}
-    assert sorted(kube.calls) == [("GET", "/api/v1/nodes/node-a"), ("GET", "/api/v1/nodes/node-b")]

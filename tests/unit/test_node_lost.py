@@ -29,10 +29,11 @@ def _not_ready(seen: Observed, seconds_ago: float) -> Observed:
     return _on({"node-1": parse_node(_node("Unknown", seconds_ago))}, seen)
 
 
-def test_only_the_nodes_of_pods_that_are_not_ready_are_asked_for() -> None:
-    healthy = observed(BASE)
-    assert node_lost.suspect_nodes(healthy) == set()
-    assert node_lost.suspect_nodes(observed([pod("ps", 0, ready=False), *BASE[1:]])) == {"node-1"}
+def test_the_nodes_of_pods_that_have_not_ended_are_looked_at_ready_or_not() -> None:
+    """A lost node's pods may still show Ready (nothing updates them): readiness is no filter."""
+    assert node_lost.nodes_of(observed(BASE)) == {"node-1"}
+    ended = [pod(role, i, phase="Succeeded") for role, i in (("chief", 0), ("ps", 0), ("ps", 1))]
+    assert node_lost.nodes_of(observed(ended)) == set()
 
 
 def test_pods_are_lost_after_the_timeout_only() -> None:

@@ -6,8 +6,8 @@ StatefulSet does not replace a pod it cannot see gone. The pod GC and the Statef
 a force deletion for this case; the operator does it for its own pods, after a bounded time, and
 the recovery policy records NodeLost (a disruption, not counted).
 
-Only the nodes of pods that are not ready are looked at: the node controller marks the pods of a
-NotReady node not ready, so healthy jobs cost no node reads.
+The nodes come from a watch (kopf's index of every node's Ready condition), so a reconcile reads
+no node from the API.
 """
 
 from __future__ import annotations
@@ -20,13 +20,9 @@ from psoperator.observe import Observed, PodView
 from psoperator.timeutil import parse_time
 
 
-def _may_be_stranded(pod: PodView) -> bool:
-    return pod.node is not None and not pod.ready and pod.phase not in ("Succeeded", "Failed")
-
-
-def suspect_nodes(observed: Observed) -> set[str]:
-    """The nodes to read: those of pods that may be stranded on them."""
-    return {p.node for p in observed.pods if _may_be_stranded(p) and p.node is not None}
+def nodes_of(observed: Observed) -> set[str]:
+    """The nodes of the pods that have not ended: the ones a pod may be stranded on."""
+    return {p.node for p in observed.pods if p.node is not None and p.phase not in ("Succeeded", "Failed")}
 
 
 def lost_pods(
