@@ -153,4 +153,3 @@ def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
     assert kube.calls == [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
     _, body = kube.bodies[0]
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
-
