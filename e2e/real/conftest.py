@@ -14,6 +14,7 @@ elsewhere they skip.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -165,8 +166,19 @@ def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:
     return run(CACHE / "bin" / "helm", "--kubeconfig", str(kubeconfig), *args, timeout=timeout)
 
 
+def uninstall_others(kubeconfig: Path) -> None:
+    """Removes every installed release of the chart (e2e/demo.sh leaves one): two operators would
+    both handle the tests' jobs."""
+    releases = json.loads(helm(kubeconfig, "list", "--all-namespaces", "--output", "json"))
+    for found in releases:
+        if str(found["chart"]).startswith(CHART.name + "-"):
+            helm(kubeconfig, "uninstall", found["name"], "--namespace", found["namespace"], "--wait")
+            kubectl(kubeconfig, "delete", "namespace", found["namespace"], "--wait=false")
+
+
 def install(kubeconfig: Path, release: str, namespace: str, *extra: str) -> None:
     """The README's install, with the locally built image; the namespace enforces `restricted`."""
+    uninstall_others(kubeconfig)
     # A namespace of an earlier install may still be terminating.
     wait_for(
         lambda: kubectl(kubeconfig, "get", "namespace", "--ignore-not-found", namespace, "-o", "name") == "",
