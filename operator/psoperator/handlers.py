@@ -58,8 +58,9 @@ class OperatorState:
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     loops: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
-    # Node name -> its Ready condition, from kopf's node index (a watch, no reads per reconcile).
-    nodes: Mapping[str, Any] = field(default_factory=dict)
+    # Node name -> its Ready condition, from kopf's node index (a watch, no reads per reconcile);
+    # None until kopf hands the index over: an empty index would make every node look deleted.
+    nodes: Mapping[str, Any] | None = None
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
 
@@ -192,11 +193,11 @@ async def _progress(state: OperatorState, observed: Observed, attempt: int) -> P
 
 def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
     """The nodes of the job's pods, for the node-lost policy, from the node index."""
+    index = state.nodes
     names = node_lost.nodes_of(observed)
-    if not names:
+    if index is None or not names:
         return observed
-    known = {n: next(iter(state.nodes[n]), None) for n in names if n in state.nodes}
-    return replace(observed, nodes={n: known.get(n) for n in names})
+    return replace(observed, nodes={n: next(iter(index[n]), None) if n in index else None for n in names})
 
 
 async def reconcile_once(
