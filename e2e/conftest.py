@@ -339,6 +339,20 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+    result = subprocess.run(
+        [_kubectl(), "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
 CHART = REPO / "charts" / "ps-training-operator"
 CHART_NAMESPACE = "psoperator-system"
 
@@ -350,7 +364,6 @@ def operator_kubeconfig(
     """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
     operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
     chart lacks (or no longer needs) shows up as a failing test."""
-    kubectl = [_kubectl(), "--kubeconfig", str(kubeconfig)]
     rendered = subprocess.run(
         [str(CACHE / "bin" / "helm"), "template", "psoperator", str(CHART), "--namespace", CHART_NAMESPACE,
          "--kube-version", client.VersionApi(k8s).get_code().git_version,
@@ -358,18 +371,10 @@ def operator_kubeconfig(
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
     account = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ServiceAccount")
-    namespace = subprocess.run(
-        [*kubectl, "create", "namespace", CHART_NAMESPACE, "--dry-run=client", "-o", "yaml"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
-    subprocess.run(
-        [*kubectl, "apply", "-f", "-"], input=namespace + "---\n" + rendered, capture_output=True, text=True,
-        check=True, timeout=60,
-    )  # fmt: skip
-    token = subprocess.run(
-        [*kubectl, "create", "token", account["metadata"]["name"], "-n", CHART_NAMESPACE, "--duration", "6h"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout.strip()  # fmt: skip
+    namespace = kubectl(kubeconfig, "create", "namespace", CHART_NAMESPACE, "--dry-run=client", "-o", "yaml")
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=namespace + "---\n" + rendered)
+    name = account["metadata"]["name"]
+    token = kubectl(kubeconfig, "create", "token", name, "-n", CHART_NAMESPACE, "--duration", "6h").strip()
     admin = yaml.safe_load(kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
     path = tmp_path_factory.mktemp("operator") / "kubeconfig"

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from e2e.conftest import CACHE, CLUSTER_SH, REPO, _kubectl, _unavailable
+from e2e.conftest import CACHE, CLUSTER_SH, REPO, _unavailable, kubectl
 from e2e.real.example import TRAINER_IMAGE
 from e2e.util import as_json, wait_for
 
@@ -146,20 +146,6 @@ def images(kubeconfig: Path) -> dict[str, str]:
         size = int(run("docker", "image", "inspect", "-f", "{{.Size}}", image).strip())
         FIGURES.record(f"image size {image}", size / 2**20, "MiB")
     return {"operator": OPERATOR_IMAGE, "trainer": TRAINER_IMAGE}
-
-
-def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
-    result = subprocess.run(
-        [_kubectl(), "--kubeconfig", str(kubeconfig), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout
 
 
 def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:

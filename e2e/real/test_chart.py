@@ -9,7 +9,8 @@ from pathlib import Path
 
 from kubernetes import client
 
-from e2e.real.conftest import OPERATOR_IMAGE, helm, install, kubectl, operator_pod
+from e2e.conftest import kubectl
+from e2e.real.conftest import OPERATOR_IMAGE, helm, install, operator_pod
 from e2e.util import as_json, wait_for
 
 RELEASE = "psop-chart"

@@ -25,8 +25,9 @@ import yaml
 from kubernetes import client
 
 from e2e import psjobs
+from e2e.conftest import kubectl
 from e2e.real import example
-from e2e.real.conftest import Figures, kubectl
+from e2e.real.conftest import Figures
 from e2e.util import as_json, wait_for
 
 CONTAINERD_SOCK = "/run/psoperator-real/containerd.sock"
