@@ -341,6 +341,13 @@ class Tracking(_Status):
             "saw it."
         ),
     )
+    recycling: dict[str, str] | None = Field(
+        None,
+        description=(
+            "Parameter server pods restarted with the chief (not for a failure), name to uid, until "
+            "they are gone: the new chief waits for them, so no PS keeps the old chief's variables."
+        ),
+    )
 
 
 class PSTrainingJobStatus(_Status):

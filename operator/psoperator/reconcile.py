@@ -25,7 +25,7 @@ from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
 from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.observe import START_ERRORS, Observed
-from psoperator.policies import deadline, node_lost, recovery, scheduling, stall, success, ttl
+from psoperator.policies import deadline, node_lost, ps_recycle, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
 from psoperator.sizing import SizingLevel, check_ps_memory
@@ -253,11 +253,37 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """Never two coordinators: while a chief pod of an older attempt runs (it was asked to stop with
     a grace period, or its node is gone), the current attempt's chief Job is not created."""
     former = d.observed.former_chiefs(d.status.restarts)
-    d.hold_chief = bool(former)
+    d.hold_chief = d.hold_chief or bool(former)
     # A pod of a lost node is force-deleted already (force_delete_lost_pods).
     asked = [p for p in former if not (p.deleting or p.node_lost)]
     d.delete_pods += [PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS) for p in asked]
     if former:
+        d.wake_in(OLD_CHIEF_POLL_SECONDS)
+    return GO_ON
+
+
+# Grace of a parameter server restarted with the chief: its variables are discarded anyway.
+RECYCLED_PS_GRACE_SECONDS = 5
+
+
+def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """A restart restarts the PS that served the old chief, and the new chief waits until they are
+    gone: a PS keeps a gone chief's variables, and a new chief would add a second copy."""
+    if d.restarted:
+        recycling = ps_recycle.serving_previous_chief(d.old.tracking, d.observed)
+        if recycling:
+            d.events.append(Event("Normal", "RecyclingParameterServers", ps_recycle.describe(recycling)))
+    else:
+        recycling = ps_recycle.still_there(d.old.tracking.recycling or {}, d.observed)
+    d.status.tracking.recycling = recycling or None
+    stopping = {p.uid for p in d.observed.role_pods(Role.PS) if p.deleting}
+    d.delete_pods += [
+        PodDeletion(name, uid, RECYCLED_PS_GRACE_SECONDS)
+        for name, uid in sorted(recycling.items())
+        if uid not in stopping
+    ]
+    if recycling:
+        d.hold_chief = True
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
     return GO_ON
 
@@ -274,6 +300,7 @@ STAGES: tuple[Stage, ...] = (
     count_replicas,
     set_phase,
     detect_stall,
+    recycle_parameter_servers,
     retire_old_chiefs,
 )
 

@@ -59,7 +59,9 @@ def test_ps_loss_restarts_the_chief_once_and_writes_it_first() -> None:
     assert plan.status["restartCheckpointStep"] == 40
     assert plan.status["lastFailure"]["role"] == "ps" and plan.status["lastFailure"]["index"] == 1
     assert _conditions(plan.status)["Restarting"] == ("True", "ParameterServerLost")
-    assert [e.reason for e in plan.events] == ["ParameterServerLost"]
+    # ps-0 served the old chief: it restarts too (ps_recycle.py); ps-1 is new already.
+    assert [e.reason for e in plan.events] == ["ParameterServerLost", "RecyclingParameterServers"]
+    assert plan.status["tracking"]["recycling"] == {"ctr-ps-0": "ctr-ps-0-uid"}
 
     # The next reconcile sees the status it wrote and the old chief still there: no second restart.
     again = plan_reconcile({**running, "status": plan.status}, observed(lost, chief_job(0)), None, NOW)
@@ -402,7 +404,8 @@ def test_a_chief_that_exits_1_because_its_ps_was_oom_killed_restarts_with_the_ps
     )
     assert plan.restarted and plan.status["phase"] == "Restarting"
     assert (plan.status["lastFailure"]["role"], plan.status["lastFailure"]["reason"]) == ("ps", "OOMKilled")
-    assert [e.reason for e in plan.events] == ["ChiefFailed", "ParameterServerLost"]
+    reasons = [e.reason for e in plan.events]
+    assert reasons == ["ChiefFailed", "ParameterServerLost", "RecyclingParameterServers"]
     assert sorted(plan.failures) == [("chief", "Error"), ("ps", "OOMKilled")]
 
 
@@ -425,7 +428,7 @@ def test_the_planners_figure_for_an_oom_killed_ps_reaches_the_status_and_the_eve
         None,
         NOW,
     )
-    figure = "the planner estimates 28.4 GiB per PS for 2 PS"
+    figure = "the planner estimates 56.4 GiB per PS for 2 PS"
     assert figure in plan.status["lastFailure"]["message"]
     [restart] = [e for e in plan.events if e.reason == "ParameterServerLost"]
     assert figure in restart.message
@@ -568,15 +571,24 @@ def test_a_restart_deletes_the_old_chief_pod_and_holds_the_new_job_until_it_is_g
     running, lost = _ps_lost_restart()
     plan = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
     assert plan.restarted and plan.hold_chief
-    assert [(d.pod, d.grace_seconds) for d in plan.delete_pods] == [("ctr-chief-0x", 5)]
+    # The surviving ps-0 restarts with the chief (ps_recycle.py), with the same grace.
+    assert [(d.pod, d.grace_seconds) for d in plan.delete_pods] == [("ctr-ps-0", 5), ("ctr-chief-0x", 5)]
     assert plan.requeue_after == 0.5  # the common case stays fast: look again soon
-    # Next reconcile: the old pod is terminating. Still held; it is not deleted again.
-    dying = [pod("chief", 0, attempt=0, deleting=True), *lost[1:]]
+    # Next reconcile: the old pods are terminating. Still held; they are not deleted again.
+    ps0_dying = pod("ps", 0, deleting=True)
+    dying = [pod("chief", 0, attempt=0, deleting=True), ps0_dying, *lost[2:]]
     again = plan_reconcile({**running, "status": plan.status}, observed(dying, chief_job(0)), None, NOW)
     assert again.hold_chief and again.delete_pods == [] and again.requeue_after == 0.5
-    # The old pod is gone: the new Job may be created.
-    gone = plan_reconcile({**running, "status": again.status}, observed(lost[1:]), None, NOW)
-    assert not gone.hold_chief and gone.delete_pods == []
+    assert again.status["restarts"] == 1 and [e.reason for e in again.events] == []
+    # The old chief is gone, the old ps-0 not yet: still held.
+    held = plan_reconcile({**running, "status": again.status}, observed([ps0_dying, *lost[2:]]), None, NOW)
+    assert held.hold_chief
+    # Both gone, ps-0 replaced by its StatefulSet: the new Job may be created; nothing was a failure.
+    replaced = [pod("ps", 0, uid="new-ps-0", phase="Pending"), *lost[2:]]
+    gone = plan_reconcile({**running, "status": held.status}, observed(replaced), None, NOW)
+    assert not gone.hold_chief and gone.delete_pods == [] and "recycling" not in gone.status["tracking"]
+    assert gone.status["restarts"] == 1 and gone.status["replicaStatuses"]["ps"]["restarts"] == 1
+    assert gone.status["lastFailure"]["index"] == 1 and [e.reason for e in gone.events] == []
 
 
 def test_an_old_chief_that_already_failed_does_not_hold_the_new_one() -> None:
@@ -587,4 +599,8 @@ def test_an_old_chief_that_already_failed_does_not_hold_the_new_one() -> None:
     ]
     running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
     plan = plan_reconcile(running, observed(failed, chief_job(0, failed="BackoffLimitExceeded")), None, NOW)
-    assert plan.restarted and not plan.hold_chief and plan.delete_pods == []
+    # Only the parameter servers that served it are waited for (ps_recycle.py).
+    assert plan.restarted and [d.pod for d in plan.delete_pods] == ["ctr-ps-0", "ctr-ps-1"]
+    replaced = [failed[0], pod("ps", 0, uid="new-0"), pod("ps", 1, uid="new-1"), *BASE[3:]]
+    later = plan_reconcile({**running, "status": plan.status}, observed(replaced, chief_job(0)), None, NOW)
+    assert not later.hold_chief and later.delete_pods == []

@@ -54,6 +54,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "count_replicas",
         "set_phase",
         "detect_stall",
+        "recycle_parameter_servers",
         "retire_old_chiefs",
     ]
 

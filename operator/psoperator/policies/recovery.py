@@ -114,6 +114,11 @@ def track_entry(pod: PodView) -> str:
     return f"{pod.uid}/{pod.restarts}/{sum(pod.sidecar_restarts.values())}"
 
 
+def unchanged_since(entry: str | None, pod: PodView) -> bool:
+    """The same pod, its trainer not restarted, since the tracked `entry` was taken."""
+    return entry is not None and _tracked(entry)[:2] == (pod.uid, pod.restarts)
+
+
 def _sidecar_failure(pod: PodView) -> Failure:
     assert pod.role is not None
     restarted = ", ".join(
@@ -361,7 +366,10 @@ class Situation:
 def situation(
     spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
 ) -> Situation:
-    failures = detect_failures(status.tracking.pods, _tracked_pods(observed), observed.departed)
+    # PS pods restarted with the chief (ps_recycle.py) went away on purpose: not failures.
+    recycled = set((status.tracking.recycling or {}).values())
+    tracking = {n: e for n, e in status.tracking.pods.items() if _tracked(e)[0] not in recycled}
+    failures = detect_failures(tracking, _tracked_pods(observed), observed.departed)
     job = observed.current_chief_job(status.restarts)
     live = job is not None and not job.deleting
     chief = None
