@@ -10,7 +10,7 @@ from e2e import psjobs
 from e2e.conftest import OperatorProcess
 from e2e.util import holds_for, wait_for
 
-# 8 GB of fp32 parameters, 24 GB with Adam: each of 2 PS needs 14.5 GiB. (The simulated CPU nodes have
+# 8 GB of fp32 parameters, 24 GB with Adam: each of 2 PS needs 28.5 GiB. (The simulated CPU nodes have
 # 64Gi, so a well-sized PS asks for less than a whole node.)
 MODEL = {"parameters": 2_000_000_000, "optimizer": "adam"}
 
@@ -55,7 +55,7 @@ def test_undersized_ps_with_enforce_do_not_start(
 
 
 def test_well_sized_ps_start_clean(k8s: client.ApiClient, namespace: str, operator: OperatorProcess) -> None:
-    psjobs.create(k8s, namespace, psjobs.manifest("ctr", model={**MODEL, "enforce": True}, ps=_ps("24Gi")))
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr", model={**MODEL, "enforce": True}, ps=_ps("32Gi")))
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
     assert psjobs.condition(status, "SizingWarning")["status"] == "False"  # type: ignore[index]
     assert not any(e.startswith("SizingWarning") for e in _warning_events(k8s, namespace))

@@ -223,7 +223,7 @@ def test_seed_example_10m_by_128_fp32() -> None:
     adam = plan_ps(hints(table("users", 10_000_000, 128), optimizer="adam", max_shard_bytes=ONE_GIB_SHARDS))
     assert adam.slot_bytes == 10_240_000_000
     assert adam.state_bytes == 15_360_000_000  # Adam triples it
-    assert adam.total_bytes == 19_200_000_000  # x1.25 headroom
+    assert adam.total_bytes == 38_400_000_000  # x2.5: two copies while restoring, x1.25
     assert adam.tables[0].shards == 5
     assert adam.largest_shard_bytes == 1_024_000_000
 
@@ -242,17 +242,17 @@ def test_fewest_ps_accounts_for_round_robin_hot_spots() -> None:
     plan = plan_ps(
         hints(table("users", 1_000_000_000, 128), max_shard_bytes=ONE_GIB_SHARDS), ps_memory_bytes=64 * GiB
     )
-    # 29 PS: ps-0 holds 17 shards (one of them large): (17 * 2,096,436 + 1) rows * 512 B * 3
-    # = 54,742,138,368 B; x1.25 + 512Mi = 68,964,543,872 B > 64Gi. An even split would have fit.
-    assert plan.num_ps == 30
-    # 30 PS: the fullest hold 16 shards, one of them large.
-    assert plan.max_ps_state_bytes == (16 * 2_096_436 + 1) * 512 * 3 == 51_522_012_672
+    # 59 PS: ps-0 holds 9 shards (one of them large): (9 * 2,096,436 + 1) rows * 512 B * 3
+    # = 28,981,132,800 B; x2.5 + 512Mi = 72,989,702,912 B > 64Gi. An even split would have fit.
+    assert plan.num_ps == 60
+    # 60 PS: the fullest hold 8 shards, one of them large.
+    assert plan.max_ps_state_bytes == (8 * 2_096_436 + 1) * 512 * 3 == 25_761_007_104
     assert plan.max_ps_state_bytes > plan.even_share_bytes
-    assert plan.per_ps_bytes == 64_402_515_840 + DEFAULT_RUNTIME_OVERHEAD_BYTES
+    assert plan.per_ps_bytes == 64_402_517_760 + DEFAULT_RUNTIME_OVERHEAD_BYTES
     assert plan.memory_request == "61952Mi"  # rounded up to 256Mi, within 64Gi
-    at_29 = plan_ps(hints(table("users", 1_000_000_000, 128), max_shard_bytes=ONE_GIB_SHARDS), num_ps=29)
-    assert at_29.max_ps_state_bytes == 54_742_138_368
-    assert at_29.memory_request_bytes > 64 * GiB
+    at_59 = plan_ps(hints(table("users", 1_000_000_000, 128), max_shard_bytes=ONE_GIB_SHARDS), num_ps=59)
+    assert at_59.max_ps_state_bytes == 28_981_132_800
+    assert at_59.memory_request_bytes > 64 * GiB
 
 
 def test_dense_only_model_spreads_evenly() -> None:
@@ -312,25 +312,25 @@ def test_plan_rejects_bad_input() -> None:
 
 # --- admission ----------------------------------------------------------------------------------
 
-# 10M x 128, Adam, 1 GiB shards, 2 PS: ps-0 holds 3 shards, 9.216 GB of state; x1.25 + 512Mi
-# = 12,056,870,912 B (11.2 GiB), request 11520Mi.
+# 10M x 128, Adam, 1 GiB shards, 2 PS: ps-0 holds 3 shards, 9.216 GB of state; x2.5 + 512Mi
+# = 23,576,870,912 B (22 GiB), request 22Gi.
 MODEL_10M = {"embeddings": [USERS_10M], "maxShardBytes": ONE_GIB_SHARDS}
 
 
 def test_well_sized_ps_are_ok() -> None:
-    verdict = check_ps_memory(job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(limit="12Gi")]))
+    verdict = check_ps_memory(job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(limit="22Gi")]))
     assert verdict.level is SizingLevel.OK
     assert verdict.reason == "PSMemorySufficient"
-    assert verdict.plan is not None and verdict.plan.per_ps_bytes == 12_056_870_912
+    assert verdict.plan is not None and verdict.plan.per_ps_bytes == 23_576_870_912
 
 
 def test_undersized_ps_warn_with_numbers_and_suggestion() -> None:
     verdict = check_ps_memory(job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(limit="8Gi")]))
     assert verdict.level is SizingLevel.WARNING
     assert verdict.reason == "PSMemoryUndersized"
-    assert verdict.suggested_request == "11520Mi"
-    assert "11.2 GiB" in verdict.message and "8Gi" in verdict.message and "11520Mi" in verdict.message
-    assert "or use 3 PS of 8Gi" in verdict.message
+    assert verdict.suggested_request == "22Gi"
+    assert "22 GiB" in verdict.message and "8Gi" in verdict.message and "22Gi" in verdict.message
+    assert "or use 5 PS of 8Gi" in verdict.message
 
 
 def test_undersized_ps_with_enforce_are_refused() -> None:
@@ -350,7 +350,7 @@ def test_unset_memory_is_only_a_warning_even_with_enforce() -> None:
         assert verdict.level is SizingLevel.WARNING
         assert verdict.reason == "PSMemoryNotSet"
         assert "no memory request or limit" in verdict.message
-        assert verdict.suggested_request == "11520Mi"
+        assert verdict.suggested_request == "22Gi"
 
 
 def test_limit_binds_and_request_counts_without_limit() -> None:
@@ -358,16 +358,16 @@ def test_limit_binds_and_request_counts_without_limit() -> None:
         job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(request="64Gi", limit="8Gi")])
     )
     assert limited.level is SizingLevel.WARNING
-    requested = check_ps_memory(job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(request="12Gi")]))
+    requested = check_ps_memory(job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(request="22Gi")]))
     assert requested.level is SizingLevel.OK
     assert "(request)" in requested.message
 
 
 def test_memory_is_summed_over_containers() -> None:
-    containers = [ps_container(limit="6Gi"), ps_container("sidecar", limit="6Gi")]
+    containers = [ps_container(limit="11Gi"), ps_container("sidecar", limit="11Gi")]
     verdict = check_ps_memory(job_spec(MODEL_10M, ps_replicas=2, containers=containers))
     assert verdict.level is SizingLevel.OK
-    assert "12Gi" in verdict.message
+    assert "22Gi" in verdict.message
 
 
 def test_no_model_and_bad_input() -> None:
@@ -382,12 +382,12 @@ def test_suggestion_for_oom() -> None:
     undersized = suggestion_for_oom(
         job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(limit="8Gi")])
     )
-    assert "8Gi (limit)" in undersized and "11520Mi" in undersized
+    assert "8Gi (limit)" in undersized and "22Gi" in undersized
     no_model = suggestion_for_oom(job_spec(None, containers=[ps_container(limit="8Gi")]))
     assert "spec.model" in no_model and "psoperator plan" in no_model
     # The plan said it fits, yet the PS ran out: the hints or headroom are off; suggest 1.5x.
-    fits = suggestion_for_oom(job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(limit="16Gi")]))
-    assert "check spec.model" in fits and "24Gi" in fits
+    fits = suggestion_for_oom(job_spec(MODEL_10M, ps_replicas=2, containers=[ps_container(limit="32Gi")]))
+    assert "check spec.model" in fits and "48Gi" in fits
 
 
 # --- CLI ----------------------------------------------------------------------------------------
@@ -407,7 +407,7 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     assert main(argv) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["num_ps"] == 30
+    assert plan["num_ps"] == 60
     assert plan["parameter_bytes"] == 512_000_000_000
     assert plan["tables"][0]["shards"] == 477
     assert plan["memory_request"] == "61952Mi"
@@ -422,7 +422,7 @@ def test_cli_table_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
     )
     out = capsys.readouterr().out
     assert "5,120,000,000 bytes" in out
-    assert "Memory per PS    11520Mi" in out
+    assert "Memory per PS    22Gi" in out
     assert "users  10,000,000  128  4.77 GiB  5" in out
 
 
@@ -440,7 +440,7 @@ def test_cli_yaml_is_a_ready_to_paste_ps_block(capsys: pytest.CaptureFixture[str
         "--max-shard-bytes",
         "512Mi",
         "--ps-memory",
-        "4Gi",
+        "8Gi",
         "-o",
         "yaml",
     ]
@@ -450,7 +450,7 @@ def test_cli_yaml_is_a_ready_to_paste_ps_block(capsys: pytest.CaptureFixture[str
     assert container["name"] == "trainer"
     memory = container["resources"]["requests"]["memory"]
     assert container["resources"]["limits"]["memory"] == memory
-    assert parse_bytes(memory) <= 4 * GiB
+    assert parse_bytes(memory) <= 8 * GiB
     # The model block gives the operator the same plan the CLI made.
     again = plan_ps(ModelHints.model_validate(blocks["model"]), num_ps=blocks["ps"]["replicas"])
     assert again.memory_request == memory
