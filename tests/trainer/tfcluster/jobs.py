@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ def ctr_job(
     *,
     interval_steps: int = 100,
     connect_timeout_seconds: int = 120,
+    model: Sequence[str] = TINY_MODEL,
 ) -> dict[str, Any]:
     """A PSTrainingJob as a user would write it: 2 ps, 2 workers, an evaluator, the example's flags."""
 
@@ -27,12 +29,12 @@ def ctr_job(
 
     spec: dict[str, Any] = {
         "image": "ps-training-operator/trainer:0.1.0",
-        "chief": {"template": template([*chief_args, *TINY_MODEL])},
+        "chief": {"template": template([*chief_args, *model])},
         "ps": {"replicas": 2, "template": template()},
         "worker": {"replicas": 2, "template": template()},
         "checkpoint": {"dir": str(checkpoint_dir), "intervalSteps": interval_steps},
         "failurePolicy": {"connectTimeoutSeconds": connect_timeout_seconds},
-        "evaluator": {"template": template([*chief_args, *TINY_MODEL])},
+        "evaluator": {"template": template([*chief_args, *model])},
     }
     return {
         "apiVersion": "psoperator.io/v1alpha1",

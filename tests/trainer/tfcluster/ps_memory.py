@@ -1,0 +1,140 @@
+"""Parameter server memory across coordinated restarts, measured with real TensorFlow processes.
+
+Chiefs run one after the other against the same job: each trains to its next checkpoint and is
+SIGKILLed, and the next resumes from that checkpoint. Between two chiefs the parameter servers are
+either restarted, as the operator does (policies/ps_recycle.py), or kept, as a restart that only
+replaces the chief would. The RSS of every PS and worker is read after each chief's checkpoint.
+
+    python tests/trainer/tfcluster/ps_memory.py [--keep-ps] [--restarts 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: the harness is the directory above
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from psoperator.api import ModelHints
+from psoperator.sizing import SizingPlan, plan_ps
+from tfcluster.jobs import ctr_job
+from tfcluster.launcher import LocalCluster, wait_for
+from tfcluster.netns import PrivateNetwork, remove_stale
+
+# 8,000,000 x 16 fp32 with Adagrad's accumulator: 1 GiB of state, 512 MiB on each of 2 PS, in
+# 64 MiB shards. Big enough that a second copy of the model would stand out from the runtime.
+VOCAB, DIM, SHARD_BYTES = 8_000_000, 16, 64 * 2**20
+MODEL = [
+    f"--vocab-size={VOCAB}",
+    f"--embedding-dim={DIM}",
+    "--batch-size=64",
+    "--partitioner=max-size",
+    f"--max-shard-bytes={SHARD_BYTES}",
+]
+CHECKPOINT_STEPS = 40
+SERVERS = ("ps-0", "ps-1", "worker-0", "worker-1")
+CHIEF_TIMEOUT = 600.0
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Round:
+    """One chief: where it resumed, its checkpoint, how long it took to write it, the servers' RSS."""
+
+    attempt: int
+    resumed_from: int | None
+    checkpoint_step: int
+    seconds: float
+    rss_mib: dict[str, float]
+
+    def line(self) -> str:
+        rss = " ".join(f"{key}={mib:.0f}" for key, mib in self.rss_mib.items())
+        return (
+            f"chief {self.attempt}: resumed from {self.resumed_from}, checkpoint {self.checkpoint_step} "
+            f"after {self.seconds:.1f} s; RSS MiB {rss}"
+        )
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def planned(num_ps: int = 2) -> SizingPlan:
+    """What the sizing planner says each PS of this model needs."""
+    table = {"name": "embedding", "rows": VOCAB, "dim": DIM}
+    hints = ModelHints.model_validate(
+        {"embeddings": [table], "optimizer": "adagrad", "maxShardBytes": SHARD_BYTES}
+    )
+    return plan_ps(hints, num_ps=num_ps)
+
+
+def one_chief(cluster: LocalCluster, job: dict[str, object], attempt: int, after_step: int) -> Round:
+    """Start the chief of `attempt`, wait for a checkpoint past `after_step`, read RSS, SIGKILL it."""
+    cluster.rerender(job, attempt=attempt)
+    chief = cluster.start("chief-0")
+
+    def checkpointed() -> Round | None:
+        if chief.poll() is not None:
+            raise AssertionError(f"chief {attempt} exited with {chief.poll()}:\n{chief.log()[-4000:]}")
+        report = cluster.progress()
+        if report is None or report.checkpoint_step is None or report.checkpoint_step <= after_step:
+            return None
+        rss = {key: rss_mib(cluster.processes[key].pid) for key in SERVERS}
+        seconds = time.monotonic() - chief.started
+        return Round(attempt, report.resumed_from_step, report.checkpoint_step, seconds, rss)
+
+    try:
+        result: Round = wait_for(f"chief {attempt}'s checkpoint", checkpointed, CHIEF_TIMEOUT, 0.5)
+    finally:
+        chief.stop()
+    return result
+
+
+def restart_chiefs(
+    cluster: LocalCluster, checkpoint_dir: Path, chiefs: int, *, recycle_ps: bool = True
+) -> list[Round]:
+    """`chiefs` chiefs in a row; with `recycle_ps` every PS restarts before each new chief."""
+    job = ctr_job(checkpoint_dir, ["--steps=1000000"], interval_steps=CHECKPOINT_STEPS, model=MODEL)
+    for key in SERVERS:
+        if key not in cluster.processes or cluster.processes[key].poll() is not None:
+            cluster.start(key)
+    rounds: list[Round] = []
+    for attempt in range(chiefs):
+        if attempt and recycle_ps:
+            for key in ("ps-0", "ps-1"):
+                cluster.processes[key].stop()
+                cluster.start(key)
+        rounds.append(one_chief(cluster, job, attempt, rounds[-1].checkpoint_step if rounds else -1))
+    return rounds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep-ps", action="store_true", help="keep the PS between chiefs")
+    parser.add_argument("--restarts", type=int, default=5, help="chiefs after the first")
+    args = parser.parse_args()
+    remove_stale("psm")
+    with tempfile.TemporaryDirectory() as work, PrivateNetwork(f"psm{os.getpid()}") as network:
+        workdir = Path(work)
+        cluster = LocalCluster(ctr_job(workdir / "unused", []), workdir, network)
+        try:
+            rounds = restart_chiefs(cluster, workdir / "ckpt", args.restarts + 1, recycle_ps=not args.keep_ps)
+        finally:
+            cluster.stop_all()
+    for one in rounds:
+        print(one.line())
+    need = planned().per_ps_bytes / MiB
+    print(f"planner: {need:.0f} MiB per PS; PS kept between chiefs: {args.keep_ps}")
+
+
+if __name__ == "__main__":
+    main()
