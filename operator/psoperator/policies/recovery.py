@@ -23,6 +23,8 @@ correct recovery is to restart the chief, which restores every variable from the
 (a) not disruptions (eviction, preemption, node loss, exit 143: the pod was asked to stop);
 (b) not while a PS is unscheduled.
 (**) unless a newer checkpoint was written since the previous restart: progress resets the budget.
+Every RESTART_FROM_CHECKPOINT also restarts the PS that served the old chief (ps_recycle.py); their
+going away is not a failure.
 Only the training container's exit codes and restarts count (observe.py finds it by name); a
 sidecar's restart leaves the task's variables where they were.
 Every function here is pure: observed state and the job's status in, a decision out. README.md's
