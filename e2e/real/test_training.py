@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import psjobs
 from e2e.conftest import kubectl
@@ -211,3 +212,101 @@ def test_a_deleted_chief_exits_143_and_its_restart_does_not_count(
     assert final["restarts"] == 1 and final.get("countedRestarts", 0) == 0, final
     assert final["lastFailure"]["role"] == "chief" and final["lastFailure"].get("exitCode") == 143, final
     assert final["step"] == STEPS and not final.get("resumedFromStep"), final
+
+
+# A model whose copy stands out from the TensorFlow runtime: 4,000,000 x 16 fp32 and Adagrad's
+# accumulator, 256 MiB of state on each of 2 PS.
+BIG_MODEL = ["--vocab-size=4000000", "--embedding-dim=16"]
+RECYCLE_CHECKPOINT_STEPS = 40
+CHIEF_RESTARTS = 5
+PS_MEMORY_BOUND = 1.10
+
+
+def apply_big_model(kubeconfig: Path, namespace: str) -> str:
+    """The example with a bigger embedding, checkpoints every 40 steps, no evaluator, endless steps."""
+    docs = example.manifests(namespace, 1_000_000, None, RECYCLE_CHECKPOINT_STEPS)
+    job = next(d for d in docs if d["kind"] == "PSTrainingJob")
+    chief = job["spec"]["chief"]["template"]["spec"]["containers"][0]
+    chief["args"] = [a for a in chief["args"] if not a.startswith(("--vocab-size", "--embedding-dim"))]
+    chief["args"] += BIG_MODEL
+    del job["spec"]["evaluator"]
+    job["spec"]["failurePolicy"]["maxRestarts"] = CHIEF_RESTARTS
+    kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
+    return str(job["metadata"]["name"])
+
+
+def working_set_mib(kubeconfig: Path, namespace: str) -> dict[str, float]:
+    """Every trainer container's working set in the namespace, from the kubelet's resource metrics."""
+    text = kubectl(kubeconfig, "get", "--raw", "/api/v1/nodes/real-0/proxy/metrics/resource")
+    wanted = {"namespace": namespace, "container": "trainer"}
+    return {
+        sample.labels["pod"]: sample.value / 2**20
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "container_memory_working_set_bytes"
+        and all(sample.labels.get(k) == v for k, v in wanted.items())
+    }
+
+
+def ps_uids(api: client.ApiClient, namespace: str, name: str) -> set[str]:
+    return {p["metadata"]["uid"] for p in psjobs.live_pods(api, namespace, name, "ps")}
+
+
+def replaced(api: client.ApiClient, namespace: str, name: str, served: set[str]) -> None:
+    """None of the parameter servers that served the old chief is left."""
+    wait_for(
+        lambda: not ps_uids(api, namespace, name) & served,
+        timeout=120,
+        message="the parameter servers restarted with the chief",
+    )
+
+
+def chief_checkpoint(
+    api: client.ApiClient, namespace: str, name: str, attempt: int, after: int
+) -> tuple[Obj, Obj]:
+    """The chief pod of `attempt` once it reports a checkpoint past `after`, with that report."""
+
+    def reported() -> tuple[Obj, Obj] | None:
+        for pod in psjobs.live_pods(api, namespace, name, "chief"):
+            if pod["metadata"]["labels"].get("psoperator.io/attempt") != str(attempt):
+                continue
+            try:
+                report = progress(pod) if pod["status"].get("podIP") else {}
+            except OSError:  # not serving yet
+                continue
+            if report.get("checkpointStep", -1) > after:
+                return pod, report
+        return None
+
+    message = f"chief {attempt}'s checkpoint past step {after}"
+    return wait_for(reported, timeout=TRAIN_TIMEOUT, interval=1, message=message)
+
+
+def test_chief_restarts_restart_the_ps_too_and_their_memory_stays_flat(
+    kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
+) -> None:
+    """Five chiefs SIGKILLed in a row, each after its next checkpoint: the operator restarts the
+    parameter servers with every new chief, so each holds one copy of the model, not one per chief."""
+    name = apply_big_model(kubeconfig, job_namespace)
+    memory: list[dict[str, float]] = []
+    checkpoint = -1
+    for attempt in range(CHIEF_RESTARTS + 1):
+        chief, report = chief_checkpoint(k8s, job_namespace, name, attempt, checkpoint)
+        assert report.get("resumedFromStep") == (checkpoint if attempt else None), report
+        checkpoint = report["checkpointStep"]
+        ps = {pod: mib for pod, mib in working_set_mib(kubeconfig, job_namespace).items() if "-ps-" in pod}
+        memory.append(ps)
+        figures.record(f"chief {attempt}: PS working set (MiB)", str({k: round(v) for k, v in ps.items()}))
+        served = ps_uids(k8s, job_namespace, name)
+        sigkill(chief)
+        if attempt < CHIEF_RESTARTS:
+            replaced(k8s, job_namespace, name, served)
+    status = psjobs.status(k8s, job_namespace, name)
+    assert status["restarts"] >= CHIEF_RESTARTS and status["lastFailure"]["role"] == "chief", status
+    reasons = [e.reason for e in client.CoreV1Api(k8s).list_namespaced_event(job_namespace).items]
+    assert reasons.count("RecyclingParameterServers") >= CHIEF_RESTARTS, reasons
+    assert "ParameterServerLost" not in reasons and "PsFailed" not in reasons, reasons
+    # The first restart's PS restored the model: the bound is against them.
+    for later in memory[2:]:
+        for pod, mib in later.items():
+            assert mib <= PS_MEMORY_BOUND * memory[1][pod], (pod, memory[1], later)
