@@ -2,8 +2,8 @@
 
 The restarts are done as the operator does them (policies/ps_recycle.py): the parameter servers
 restart with the chief, and each chief resumes from the previous one's checkpoint. Without that,
-each chief adds a copy of the model to every PS (`python tests/trainer/tfcluster/ps_memory.py
---keep-ps` shows it). The figures are printed as MEASURE lines (`pytest -s`).
+each chief adds a copy of the model to every PS (`python tests/trainer/tfcluster/ps_memory.py`
+measures both ways). The figures are printed as MEASURE lines (`pytest -s`).
 """
 
 from __future__ import annotations

@@ -5,16 +5,18 @@ SIGKILLed, and the next resumes from that checkpoint. Between two chiefs the par
 either restarted, as the operator does (policies/ps_recycle.py), or kept, as a restart that only
 replaces the chief would. The RSS of every PS and worker is read after each chief's checkpoint.
 
-    python tests/trainer/tfcluster/ps_memory.py [--keep-ps] [--restarts 5]
+    python tests/trainer/tfcluster/ps_memory.py [--restarts 5]    # both ways, one after the other
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: the harness is the directory a
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from psoperator.api import ModelHints
+from psoperator.contract import ProgressReport
 from psoperator.sizing import SizingPlan, plan_ps
 from tfcluster.jobs import ctr_job
 from tfcluster.launcher import LocalCluster, wait_for
@@ -45,19 +48,21 @@ MiB = 2**20
 
 @dataclass(frozen=True)
 class Round:
-    """One chief: where it resumed, its checkpoint, how long it took to write it, the servers' RSS."""
+    """One chief: where it resumed, how long to its first step and to its checkpoint, the servers' RSS."""
 
     attempt: int
     resumed_from: int | None
     checkpoint_step: int
+    first_step_seconds: float
     seconds: float
     rss_mib: dict[str, float]
 
     def line(self) -> str:
         rss = " ".join(f"{key}={mib:.0f}" for key, mib in self.rss_mib.items())
         return (
-            f"chief {self.attempt}: resumed from {self.resumed_from}, checkpoint {self.checkpoint_step} "
-            f"after {self.seconds:.1f} s; RSS MiB {rss}"
+            f"chief {self.attempt}: resumed from {self.resumed_from}, first step after "
+            f"{self.first_step_seconds:.1f} s, checkpoint {self.checkpoint_step} after {self.seconds:.1f} s; "
+            f"RSS MiB {rss}"
         )
 
 
@@ -82,21 +87,26 @@ def one_chief(cluster: LocalCluster, job: dict[str, object], attempt: int, after
     cluster.rerender(job, attempt=attempt)
     chief = cluster.start("chief-0")
 
-    def checkpointed() -> Round | None:
-        if chief.poll() is not None:
-            raise AssertionError(f"chief {attempt} exited with {chief.poll()}:\n{chief.log()[-4000:]}")
-        report = cluster.progress()
-        if report is None or report.checkpoint_step is None or report.checkpoint_step <= after_step:
-            return None
-        rss = {key: rss_mib(cluster.processes[key].pid) for key in SERVERS}
-        seconds = time.monotonic() - chief.started
-        return Round(attempt, report.resumed_from_step, report.checkpoint_step, seconds, rss)
+    def report_where(what: str, predicate: Callable[[ProgressReport], bool]) -> tuple[ProgressReport, float]:
+        def check() -> ProgressReport | None:
+            if chief.poll() is not None:
+                raise AssertionError(f"chief {attempt} exited with {chief.poll()}:\n{chief.log()[-4000:]}")
+            report = cluster.progress()
+            return report if report is not None and predicate(report) else None
+
+        report: ProgressReport = wait_for(f"chief {attempt}'s {what}", check, CHIEF_TIMEOUT, 0.2)
+        return report, time.monotonic() - chief.started
 
     try:
-        result: Round = wait_for(f"chief {attempt}'s checkpoint", checkpointed, CHIEF_TIMEOUT, 0.5)
+        _, first_step = report_where("first step", lambda r: r.step > (r.resumed_from_step or 0))
+        saved, seconds = report_where(
+            "checkpoint", lambda r: r.checkpoint_step is not None and r.checkpoint_step > after_step
+        )
+        rss = {key: rss_mib(cluster.processes[key].pid) for key in SERVERS}
     finally:
         chief.stop()
-    return result
+    assert saved.checkpoint_step is not None
+    return Round(attempt, saved.resumed_from_step, saved.checkpoint_step, first_step, seconds, rss)
 
 
 def restart_chiefs(
@@ -117,23 +127,38 @@ def restart_chiefs(
     return rounds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep-ps", action="store_true", help="keep the PS between chiefs")
-    parser.add_argument("--restarts", type=int, default=5, help="chiefs after the first")
-    args = parser.parse_args()
-    remove_stale("psm")
+def measure(recycle_ps: bool, restarts: int) -> list[Round]:
+    """One job on its own private network and fresh servers: `restarts` + 1 chiefs."""
     with tempfile.TemporaryDirectory() as work, PrivateNetwork(f"psm{os.getpid()}") as network:
         workdir = Path(work)
         cluster = LocalCluster(ctr_job(workdir / "unused", []), workdir, network)
         try:
-            rounds = restart_chiefs(cluster, workdir / "ckpt", args.restarts + 1, recycle_ps=not args.keep_ps)
+            return restart_chiefs(cluster, workdir / "ckpt", restarts + 1, recycle_ps=recycle_ps)
         finally:
             cluster.stop_all()
-    for one in rounds:
-        print(one.line())
-    need = planned().per_ps_bytes / MiB
-    print(f"planner: {need:.0f} MiB per PS; PS kept between chiefs: {args.keep_ps}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--restarts", type=int, default=5, help="chiefs after the first")
+    args = parser.parse_args()
+    remove_stale("psm")
+    # Both ways in one run, so the machine's load is the same for the ratio.
+    results = {name: measure(name == "restarted", args.restarts) for name in ("kept", "restarted")}
+    for name, rounds in results.items():
+        print(f"PS {name} between chiefs:")
+        for one in rounds:
+            print(f"  {one.line()}")
+    first_steps = {
+        name: statistics.median(r.first_step_seconds for r in rounds[1:]) for name, rounds in results.items()
+    }
+    peak = {name: max(r.rss_mib["ps-0"] for r in rounds) for name, rounds in results.items()}
+    print(f"planner: {planned().per_ps_bytes / MiB:.0f} MiB per PS")
+    print(
+        f"restarted chief -> first step, median: PS kept {first_steps['kept']:.1f} s, PS restarted "
+        f"{first_steps['restarted']:.1f} s (x{first_steps['restarted'] / first_steps['kept']:.2f}); "
+        f"ps-0 peak RSS: {peak['kept']:.0f} vs {peak['restarted']:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":
