@@ -308,7 +308,16 @@ class FailureRecord(_Status):
     exit_code: int | None = Field(None, alias="exitCode", description="Exit code of the failed container.")
     reason: str = Field(..., description="OOMKilled, Error, Evicted, Preempted, NodeLost, ...")
     message: str = Field("", description="Human-readable details.")
-    time: str = Field(..., description="When the failure was observed (RFC 3339).")
+    time: str = Field(
+        ...,
+        description=(
+            "When the failure happened: the container's termination, the pod's disruption or the "
+            "request to delete it; when the API does not say, when the operator saw it (RFC 3339)."
+        ),
+    )
+    summary: str | None = Field(
+        None, description="The task and the reason, e.g. ps-1 OOMKilled (kubectl get)."
+    )
 
 
 class CheckpointStatus(_Status):
@@ -386,6 +395,9 @@ class PSTrainingJobStatus(_Status):
         None, alias="lastFailure", description="The latest task failure."
     )
     start_time: str | None = Field(None, alias="startTime", description="When the job started (RFC 3339).")
+    all_running_time: str | None = Field(
+        None, alias="allRunningTime", description="When every pod of the job first ran at once (RFC 3339)."
+    )
     completion_time: str | None = Field(
         None, alias="completionTime", description="When the job succeeded or failed (RFC 3339)."
     )

@@ -211,7 +211,7 @@ OVERLAYS: dict[tuple[str, ...], dict[str, Any]] = {
     ("status", "conditions"): {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
 }
 
-PRINTER_COLUMNS: list[dict[str, str]] = [
+PRINTER_COLUMNS: list[dict[str, str | int]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase of the job."},
     {
         "name": "PS",
@@ -238,6 +238,28 @@ PRINTER_COLUMNS: list[dict[str, str]] = [
         "description": "Latest global step reported by the chief.",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # Priority 1: shown by `kubectl get -o wide` only.
+    {
+        "name": "Checkpoint",
+        "type": "integer",
+        "jsonPath": ".status.checkpoint.step",
+        "description": "Global step of the latest checkpoint.",
+        "priority": 1,
+    },
+    {
+        "name": "Checkpoint Age",
+        "type": "date",
+        "jsonPath": ".status.checkpoint.time",
+        "description": "When the latest checkpoint was written.",
+        "priority": 1,
+    },
+    {
+        "name": "Last Failure",
+        "type": "string",
+        "jsonPath": ".status.lastFailure.summary",
+        "description": "The task and the reason of the latest failure, e.g. ps-1 OOMKilled.",
+        "priority": 1,
+    },
 ]
 
 ROOT_DESCRIPTION = (

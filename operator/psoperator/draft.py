@@ -16,7 +16,7 @@ from psoperator.api import PSTrainingJobStatus
 from psoperator.conditions import is_true, set_condition
 from psoperator.observe import Observed
 from psoperator.render import RenderOptions
-from psoperator.timeutil import format_time
+from psoperator.timeutil import format_time, parse_time
 from psoperator.vocabulary import ConditionType, Phase
 
 Obj = dict[str, Any]
@@ -48,6 +48,10 @@ class ReconcilePlan:
     restarted: bool = False
     # (role, reason) of every pod failure seen in this reconcile, for the metrics.
     failures: list[tuple[str, str]] = field(default_factory=list)
+    # From the job's creation to every pod running, the first time they all do.
+    startup_seconds: float | None = None
+    # From the failure that restarted the chief to training running again, when it does.
+    recovery_seconds: float | None = None
     # False once the job has ended: children are still patched (scaled down) but none is created or
     # replaced, so a chief Job deleted after the end does not come back to run against stopped PS.
     create_missing: bool = True
@@ -63,9 +67,12 @@ class Draft:
     status: PSTrainingJobStatus  # as it will be written
     observed: Observed
     now: datetime
+    created: datetime | None = None  # the job's creationTimestamp
     cluster_domain: str = "cluster.local"
     events: list[Event] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
+    startup_seconds: float | None = None
+    recovery_seconds: float | None = None
     render: RenderOptions | None = None
     requeue_after: float | None = None
     delete_job: bool = False
@@ -78,8 +85,10 @@ class Draft:
     def start(cls, job: Obj, observed: Observed, now: datetime, cluster_domain: str) -> Draft:
         old = PSTrainingJobStatus.model_validate(job.get("status") or {})
         status = old.model_copy(deep=True)
-        status.observed_generation = job.get("metadata", {}).get("generation")
-        return cls(old, status, observed, now, cluster_domain)
+        meta = job.get("metadata", {})
+        status.observed_generation = meta.get("generation")
+        created = parse_time(meta.get("creationTimestamp"))
+        return cls(old, status, observed, now, created, cluster_domain)
 
     def wake_in(self, seconds: float | None) -> None:
         """Reconcile again in `seconds` at the latest (None: no need), keeping the soonest asked."""
@@ -89,6 +98,10 @@ class Draft:
     @property
     def stamp(self) -> str:
         return format_time(self.now)
+
+    def seconds_since(self, moment: datetime | None) -> float | None:
+        """Seconds from `moment` to now, never negative (timestamps have whole seconds)."""
+        return None if moment is None else max((self.now - moment).total_seconds(), 0.0)
 
     def options(
         self, *, suspended: bool = False, stopped: bool = False, chief_stopped: bool = False
@@ -148,6 +161,8 @@ class Draft:
             requeue_after=self.requeue_after,
             restarted=self.restarted,
             failures=self.failures,
+            startup_seconds=self.startup_seconds,
+            recovery_seconds=self.recovery_seconds,
             create_missing=self.create_missing,
             hold_chief=self.hold_chief,
             delete_pods=self.delete_pods,

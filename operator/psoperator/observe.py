@@ -7,10 +7,12 @@ exception, so an unexpected object cannot crash a reconcile.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from psoperator.contract import Role
 from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE, child_name
+from psoperator.timeutil import format_time, parse_time
 
 Obj = dict[str, Any]
 
@@ -104,6 +106,8 @@ class PodView:
     waiting_reason: str | None = None
     waiting_message: str = ""
     disruption: str | None = None  # reason of a DisruptionTarget=True condition
+    disrupted_at: str | None = None  # and since when
+    deleted_at: str | None = None  # when its deletion was asked (deletionTimestamp less the grace period)
     pod_reason: str | None = None  # status.reason, e.g. Evicted
     created: str | None = None
     # Restart counts of the other containers (istio-proxy, fluent-bit, ...), by name.
@@ -159,12 +163,7 @@ def parse_pod(pod: Obj) -> PodView:
     conditions = [c for c in _list(status.get("conditions")) if isinstance(c, dict)]
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     disruption = next(
-        (
-            str(c.get("reason") or "Disrupted")
-            for c in conditions
-            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        ),
-        None,
+        (c for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None
     )
     # Any container: a sidecar whose image never pulls keeps the pod from running as surely.
     waiting = next(
@@ -191,12 +190,22 @@ def parse_pod(pod: Obj) -> PodView:
         last_terminated=_termination(trainer.get("lastState")),
         waiting_reason=waiting.get("reason"),
         waiting_message=str(waiting.get("message") or ""),
-        disruption=disruption,
+        disruption=str(disruption.get("reason") or "Disrupted") if disruption else None,
+        disrupted_at=disruption.get("lastTransitionTime") if disruption else None,
+        deleted_at=_deletion_asked(meta),
         pod_reason=status.get("reason"),
         created=meta.get("creationTimestamp"),
         sidecar_restarts={str(s.get("name")): _int(s.get("restartCount")) or 0 for s in sidecars},
         unscheduled=_unscheduled(conditions),
     )
+
+
+def _deletion_asked(meta: Obj) -> str | None:
+    """When the pod's deletion was asked: the API server sets deletionTimestamp that far ahead."""
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    if deadline is None:
+        return None
+    return format_time(deadline - timedelta(seconds=_int(meta.get("deletionGracePeriodSeconds")) or 0))
 
 
 @dataclass(frozen=True)

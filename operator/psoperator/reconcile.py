@@ -30,7 +30,7 @@ from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryActio
 from psoperator.render import RenderOptions
 from psoperator.sizing import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
-from psoperator.timeutil import format_time
+from psoperator.timeutil import format_time, parse_time
 from psoperator.vocabulary import FINISHED_PHASES, ConditionType, Phase
 
 __all__ = ["STAGES", "Event", "ReconcilePlan", "plan_reconcile"]
@@ -110,7 +110,7 @@ def enforce_deadline(spec: PSTrainingJobSpec, d: Draft) -> bool:
     limit = spec.run_policy.active_deadline_seconds
     message = f"the job ran for longer than runPolicy.activeDeadlineSeconds ({limit}s)"
     d.status.last_failure = FailureRecord(
-        role="job", reason="DeadlineExceeded", message=message, time=d.stamp
+        role="job", reason="DeadlineExceeded", message=message, time=d.stamp, summary="job DeadlineExceeded"
     )
     return _end(spec, d, Phase.FAILED, "DeadlineExceeded", message, stop=True)
 
@@ -207,20 +207,47 @@ def set_phase(spec: PSTrainingJobSpec, d: Draft) -> bool:
     phase = Phase.RESTARTING if d.restarted else running_phase(spec, d.observed, status.restarts, restarting)
     if d.observed.children:
         message = "Services, StatefulSets and the chief Job exist"
-        d.condition(ConditionType.CREATED, True, "ChildrenCreated", message)
+        event = Event("Normal", "Created", f"{message}: {_roles(spec)}")
+        d.condition(ConditionType.CREATED, True, "ChildrenCreated", message, event=event)
     if phase is Phase.RUNNING:
         message = "the chief and every parameter server are running"
         d.condition(ConditionType.RUNNING, True, "AllRolesRunning", message)
-        d.enter(phase, event=Event("Normal", "Running", message))
         if is_true(old.conditions, ConditionType.RESTARTING):
-            resumed = status.resumed_from_step
-            back = f"resumed from step {resumed}" if resumed is not None else "the chief runs again"
-            d.condition(ConditionType.RESTARTING, False, "Recovered", back)
+            d.enter(phase)
+            _recovered(d)
+        else:
+            d.enter(phase, event=Event("Normal", "Running", message))
         return GO_ON
     if phase is Phase.RESTARTING:
         message = "the chief is restarting from the latest checkpoint"
         d.condition(ConditionType.RUNNING, False, "Restarting", message)
     d.enter(phase)
+    return GO_ON
+
+
+def _roles(spec: PSTrainingJobSpec) -> str:
+    evaluator = ", an evaluator" if spec.evaluator is not None else ""
+    return f"a chief, {spec.ps.replicas} PS, {spec.worker.replicas} workers{evaluator}"
+
+
+def _recovered(d: Draft) -> None:
+    """Training runs again after a restart: how long the failure cost, from when it happened."""
+    failure = d.status.last_failure
+    d.recovery_seconds = d.seconds_since(parse_time(failure.time) if failure else None)
+    resumed = d.status.resumed_from_step
+    back = f"resumed from step {resumed}" if resumed is not None else "the chief runs again"
+    took = f", {d.recovery_seconds:.0f}s after the failure" if d.recovery_seconds is not None else ""
+    event = Event("Normal", "Recovered", f"{back}{took}")
+    d.condition(ConditionType.RESTARTING, False, "Recovered", back, event=event)
+
+
+def note_all_running(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """The first time every pod runs at once: how long the job took to come up."""
+    if d.status.all_running_time is None and all_running(spec, d.observed, d.status.restarts):
+        d.status.all_running_time = d.stamp
+        d.startup_seconds = d.seconds_since(d.created)
+        took = f", {d.startup_seconds:.0f}s after its creation" if d.startup_seconds is not None else ""
+        d.events.append(Event("Normal", "AllRunning", f"every pod runs: {_roles(spec)}{took}"))
     return GO_ON
 
 
@@ -299,6 +326,7 @@ STAGES: tuple[Stage, ...] = (
     recover,
     count_replicas,
     set_phase,
+    note_all_running,
     detect_stall,
     recycle_parameter_servers,
     retire_old_chiefs,
@@ -354,6 +382,8 @@ def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, 
 
 
 def _record(failure: Failure, now: str) -> FailureRecord:
+    replicated = failure.role in (Role.PS, Role.WORKER) and failure.index is not None
+    task = f"{failure.role.value}-{failure.index}" if replicated else failure.role.value
     return FailureRecord(
         role=failure.role.value,
         index=failure.index,
@@ -361,7 +391,8 @@ def _record(failure: Failure, now: str) -> FailureRecord:
         exitCode=failure.exit_code,
         reason=failure.reason,
         message=failure.message,
-        time=now,
+        time=failure.at or now,
+        summary=f"{task} {failure.reason}",
     )
 
 

@@ -151,6 +151,13 @@ def running_cluster(attempt: int = 0, ps_restarts: int = 0) -> list[Obj]:
     ]
 
 
+def came_up(**status: Any) -> Obj:
+    """The status of a job whose children were created and whose pods have all run: the start of
+    its story (the Created and AllRunning events) is told already."""
+    created = {"type": "Created", "status": "True", "reason": "ChildrenCreated", "lastTransitionTime": "x"}
+    return {"conditions": [created], "allRunningTime": format_time(NOW - timedelta(minutes=9)), **status}
+
+
 def tracking_of(pods: list[Obj]) -> Obj:
     views = [parse_pod(p) for p in pods]
     entries = {v.name: track_entry(v) for v in views if v.role in TRACKED_ROLES}

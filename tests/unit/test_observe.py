@@ -64,3 +64,19 @@ def test_an_unschedulable_pod_says_why_and_since_when() -> None:
         format_time(NOW),
     )
     assert parse_pod(pod("worker", 1)).unscheduled is None
+
+
+def test_a_deleted_pod_says_when_its_deletion_was_asked() -> None:
+    obj = pod("ps", 0)
+    # The API server sets deletionTimestamp to the request plus the grace period.
+    obj["metadata"].update(deletionTimestamp="2026-11-29T12:00:30Z", deletionGracePeriodSeconds=30)
+    view = parse_pod(obj)
+    assert view.deleting and view.deleted_at == "2026-11-29T12:00:00Z"
+    assert parse_pod(pod("ps", 0)).deleted_at is None
+
+
+def test_a_disrupted_pod_says_since_when() -> None:
+    obj = pod("ps", 0, disruption="PreemptionByScheduler")
+    obj["status"]["conditions"][-1]["lastTransitionTime"] = format_time(NOW)
+    view = parse_pod(obj)
+    assert (view.disruption, view.disrupted_at) == ("PreemptionByScheduler", format_time(NOW))

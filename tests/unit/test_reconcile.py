@@ -10,7 +10,17 @@ from psoperator.observe import Observed
 from psoperator.reconcile import plan_reconcile
 from psoperator.render import render_children
 from psoperator.timeutil import format_time
-from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of, with_status
+from tests.unit.builders import (
+    NOW,
+    came_up,
+    chief_job,
+    job,
+    observed,
+    pod,
+    running_cluster,
+    tracking_of,
+    with_status,
+)
 
 BASE = running_cluster()
 
@@ -40,12 +50,17 @@ def test_running_job_reports_counts_and_running_condition() -> None:
     }
     assert (plan.status["psReady"], plan.status["workersReady"]) == ("2/2", "2/2")
     assert _conditions(plan.status)["Running"] == ("True", "AllRolesRunning")
-    assert [e.reason for e in plan.events] == ["Running"]
+    # The start of the story: children made, training runs, every pod runs (all at once here).
+    assert [e.reason for e in plan.events] == ["Created", "Running", "AllRunning"]
+    assert "a chief, 2 PS, 2 workers" in plan.events[0].message
+    assert plan.status["allRunningTime"] == format_time(NOW)
     assert plan.status["tracking"]["psEstablished"] is True
 
 
 def test_ps_loss_restarts_the_chief_once_and_writes_it_first() -> None:
-    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    running = with_status(
+        job(), **came_up(phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    )
     lost = [
         p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh", phase="Pending") for p in BASE
     ]
@@ -62,6 +77,7 @@ def test_ps_loss_restarts_the_chief_once_and_writes_it_first() -> None:
     # ps-0 served the old chief: it restarts too (ps_recycle.py); ps-1 is new already.
     assert [e.reason for e in plan.events] == ["ParameterServerLost", "RecyclingParameterServers"]
     assert plan.status["tracking"]["recycling"] == {"ctr-ps-0": "ctr-ps-0-uid"}
+    assert "restarting the chief from the latest checkpoint, step 40" in plan.events[0].message
 
     # The next reconcile sees the status it wrote and the old chief still there: no second restart.
     again = plan_reconcile({**running, "status": plan.status}, observed(lost, chief_job(0)), None, NOW)
@@ -350,7 +366,7 @@ def test_a_sidecar_restart_is_an_event_not_a_restart() -> None:
         p if p["metadata"]["name"] != "ctr-ps-0" else pod("ps", 0, sidecar={"restartCount": 1}) for p in BASE
     ]
     plan = plan_reconcile(
-        with_status(job(), phase="Running", tracking=tracking_of(quiet)),
+        with_status(job(), **came_up(phase="Running", tracking=tracking_of(quiet))),
         observed(restarted, chief_job()),
         None,
         NOW,
@@ -397,13 +413,18 @@ def test_a_chief_that_exits_1_because_its_ps_was_oom_killed_restarts_with_the_ps
     oom = {"exitCode": 137, "reason": "OOMKilled"}
     pods = [chief, pod("ps", 0, restarts=1, last_terminated=oom), *BASE[2:]]
     plan = plan_reconcile(
-        with_status(job(), phase="Running", tracking=tracking_of(BASE)),
+        with_status(job(), **came_up(phase="Running", tracking=tracking_of(BASE))),
         observed(pods, chief_job(failed="PodFailurePolicy")),
         None,
         NOW,
     )
     assert plan.restarted and plan.status["phase"] == "Restarting"
     assert (plan.status["lastFailure"]["role"], plan.status["lastFailure"]["reason"]) == ("ps", "OOMKilled")
+    # kubectl get -o wide's LAST FAILURE; no termination time in this pod's status: when it was seen.
+    assert (plan.status["lastFailure"]["summary"], plan.status["lastFailure"]["time"]) == (
+        "ps-0 OOMKilled",
+        format_time(NOW),
+    )
     reasons = [e.reason for e in plan.events]
     assert reasons == ["ChiefFailed", "ParameterServerLost", "RecyclingParameterServers"]
     assert sorted(plan.failures) == [("chief", "Error"), ("ps", "OOMKilled")]
@@ -440,7 +461,7 @@ def test_a_worker_whose_image_stops_pulling_after_a_restart_is_recorded_once_and
         p if p["metadata"]["name"] != "ctr-worker-1" else pod("worker", 1, restarts=2, waiting="ErrImagePull")
         for p in BASE
     ]
-    status: dict[str, Any] = {"phase": "Running", "tracking": tracking_of(restarted)}
+    status: dict[str, Any] = came_up(phase="Running", tracking=tracking_of(restarted))
     told: list[str] = []
     for seconds, events in ((0, []), (299, []), (300, ["WorkerFailed"]), (600, [])):
         plan = plan_reconcile(
@@ -459,7 +480,7 @@ def test_an_evaluator_failure_is_an_event_and_nothing_restarts() -> None:
     healthy = [*BASE, pod("evaluator", 0)]
     crashed = [*BASE, pod("evaluator", 0, restarts=1, last_terminated={"exitCode": 1, "reason": "Error"})]
     plan = plan_reconcile(
-        with_status(job(evaluator=evaluator), phase="Running", tracking=tracking_of(healthy)),
+        with_status(job(evaluator=evaluator), **came_up(phase="Running", tracking=tracking_of(healthy))),
         observed(crashed, chief_job()),
         None,
         NOW,
@@ -480,7 +501,7 @@ def _unschedulable_ps(since: timedelta = timedelta(0)) -> list[dict[str, Any]]:
 
 def test_an_unschedulable_pod_is_a_condition_and_one_event() -> None:
     plan = plan_reconcile(
-        with_status(job(), phase="Creating"), observed(_unschedulable_ps(), chief_job()), None, NOW
+        with_status(job(), **came_up(phase="Creating")), observed(_unschedulable_ps(), chief_job()), None, NOW
     )
     assert plan.status["phase"] == "Creating"
     assert _conditions(plan.status)["Unschedulable"] == ("True", "Unschedulable")
@@ -561,7 +582,9 @@ def test_clean_pod_policy_none_keeps_the_chief_of_a_failed_job_running() -> None
 
 
 def _ps_lost_restart() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    running = with_status(
+        job(), **came_up(phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    )
     lost = [p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh") for p in BASE]
     return running, lost
 
@@ -597,7 +620,9 @@ def test_an_old_chief_that_already_failed_does_not_hold_the_new_one() -> None:
         pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"}),
         *BASE[1:],
     ]
-    running = with_status(job(), phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    running = with_status(
+        job(), **came_up(phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    )
     plan = plan_reconcile(running, observed(failed, chief_job(0, failed="BackoffLimitExceeded")), None, NOW)
     # Only the parameter servers that served it are waited for (ps_recycle.py).
     assert plan.restarted and [d.pod for d in plan.delete_pods] == ["ctr-ps-0", "ctr-ps-1"]

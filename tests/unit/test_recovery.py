@@ -16,6 +16,7 @@ from psoperator.policies.recovery import (
     detect_failures,
     next_start_errors,
     next_tracking,
+    track_entry,
 )
 from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of
@@ -473,3 +474,21 @@ def test_a_chief_pod_gone_before_the_reconcile_is_classified_by_its_last_watched
     assert decision.failure is not None
     assert (decision.failure.pod, decision.failure.exit_code) == (gone.name, 143)
     assert not decision.counted
+
+
+def test_a_failure_carries_when_it_happened_as_the_api_tells_it() -> None:
+    """Recovery time is measured from these: the termination, the disruption or the deletion request."""
+    crashed = {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-11-29T11:59:58Z"}
+    terminated = pod("ps", 0, phase="Failed", terminated=crashed)
+    in_place = pod("ps", 0, restarts=1, last_terminated=crashed)
+    preempted = pod("ps", 0, deleting=True, disruption="PreemptionByScheduler")
+    preempted["status"]["conditions"][-1]["lastTransitionTime"] = "2026-11-29T11:59:57Z"
+    deleted = pod("ps", 0, deleting=True)
+    deleted["metadata"]["deletionGracePeriodSeconds"] = 30
+    tracked = track_entry(parse_pod(pod("ps", 0)))
+    times = [
+        failure.at if (failure := classify_pod_failure(tracked, parse_pod(p))) else "none"
+        for p in (terminated, in_place, preempted, deleted)
+    ]
+    asked = format_time(NOW - timedelta(seconds=30))
+    assert times == ["2026-11-29T11:59:58Z", "2026-11-29T11:59:58Z", "2026-11-29T11:59:57Z", asked]

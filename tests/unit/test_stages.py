@@ -19,6 +19,7 @@ from psoperator.reconcile import (
     detect_stall,
     detect_success,
     enforce_deadline,
+    note_all_running,
     recover,
     set_phase,
     suspend_or_resume,
@@ -26,7 +27,17 @@ from psoperator.reconcile import (
 )
 from psoperator.timeutil import format_time
 from psoperator.vocabulary import ConditionType, Phase
-from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of, with_status
+from tests.unit.builders import (
+    NOW,
+    came_up,
+    chief_job,
+    job,
+    observed,
+    pod,
+    running_cluster,
+    tracking_of,
+    with_status,
+)
 
 BASE = running_cluster()
 
@@ -53,6 +64,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "recover",
         "count_replicas",
         "set_phase",
+        "note_all_running",
         "detect_stall",
         "recycle_parameter_servers",
         "retire_old_chiefs",
@@ -155,17 +167,45 @@ def test_count_replicas() -> None:
 
 
 def test_set_phase_running_and_recovered() -> None:
-    restarting = {
-        "phase": "Restarting",
-        "restarts": 1,
-        "conditions": [
-            {"type": "Restarting", "status": "True", "reason": "X", "lastTransitionTime": format_time(NOW)}
-        ],
-    }
+    failed = format_time(NOW - timedelta(seconds=3))
+    restarting = came_up(
+        phase="Restarting",
+        restarts=1,
+        resumedFromStep=1200,
+        lastFailure={"role": "ps", "index": 1, "reason": "OOMKilled", "time": failed},
+    )
+    restarting["conditions"].append(
+        {"type": "Restarting", "status": "True", "reason": "X", "lastTransitionTime": format_time(NOW)}
+    )
     spec, d = _draft(with_status(job(), **restarting), observed(running_cluster(attempt=1), chief_job(1)))
     assert set_phase(spec, d) is GO_ON and d.status.phase == Phase.RUNNING
     assert _conditions(d)["Restarting"] == ("False", "Recovered")
-    assert [e.reason for e in d.events] == ["Running"]
+    # Measured from the failure itself, not from when the operator restarted the chief.
+    assert d.recovery_seconds == 3.0
+    assert [(e.reason, e.message) for e in d.events] == [
+        ("Recovered", "resumed from step 1200, 3s after the failure")
+    ]
+
+
+def test_note_all_running_tells_the_startup_once() -> None:
+    created = {"creationTimestamp": format_time(NOW - timedelta(seconds=12))}
+    new = with_status(job(), phase="Running")
+    new["metadata"].update(created)
+    spec, d = _draft(new, observed(BASE, chief_job()))
+    assert note_all_running(spec, d) is GO_ON
+    assert (d.status.all_running_time, d.startup_seconds) == (format_time(NOW), 12.0)
+    assert [(e.reason, e.message) for e in d.events] == [
+        ("AllRunning", "every pod runs: a chief, 2 PS, 2 workers, 12s after its creation")
+    ]
+    spec, again = _draft({**new, "status": d.plan().status}, observed(BASE, chief_job()))
+    assert note_all_running(spec, again) is GO_ON
+    assert (again.startup_seconds, again.events) == (None, [])
+
+
+def test_note_all_running_waits_for_every_worker() -> None:
+    spec, d = _draft(with_status(job(), phase="Running"), observed(BASE[:-1], chief_job()))
+    assert note_all_running(spec, d) is GO_ON
+    assert (d.status.all_running_time, d.startup_seconds, d.events) == (None, None, [])
 
 
 def test_detect_stall_is_off_without_a_timeout() -> None:

@@ -81,6 +81,9 @@ class Failure:
     exit_code: int | None = None
     disruption: bool = False
     sidecar: bool = False  # a sidecar restarted, not the trainer: recorded, never acted on
+    # When it happened (the container's termination, the pod's disruption or deletion), if the
+    # API says; recovery time is measured from it.
+    at: str | None = None
 
     def describe(self) -> str:
         where = f"{self.role.value} {self.index}" if self.index is not None else self.role.value
@@ -133,11 +136,20 @@ def _sidecar_failure(pod: PodView) -> Failure:
 def _termination_failure(pod: PodView, term: Termination | None, fallback: str) -> Failure:
     assert pod.role is not None
     if term is None:
-        return Failure(pod.role, pod.name, pod.index, fallback, "")
+        return Failure(pod.role, pod.name, pod.index, fallback, "", at=pod.deleted_at)
     # SIGTERM: someone asked the pod to stop (a deletion, a drain); the task did nothing wrong.
     stopped = term.exit_code == ExitCode.TERMINATED
     message = term.message.strip()[:512]
-    return Failure(pod.role, pod.name, pod.index, term.reason, message, term.exit_code, disruption=stopped)
+    return Failure(
+        pod.role,
+        pod.name,
+        pod.index,
+        term.reason,
+        message,
+        term.exit_code,
+        disruption=stopped,
+        at=term.finished_at,
+    )
 
 
 def _classify_ended(pod: PodView) -> Failure | None:
@@ -147,15 +159,15 @@ def _classify_ended(pod: PodView) -> Failure | None:
         return Failure(pod.role, pod.name, pod.index, "NodeLost", pod.node_lost, disruption=True)
     if pod.disruption is not None and (pod.failed or pod.deleting):
         reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
-        return Failure(
-            pod.role, pod.name, pod.index, reason, f"DisruptionTarget: {pod.disruption}", disruption=True
-        )
+        message = f"DisruptionTarget: {pod.disruption}"
+        return Failure(pod.role, pod.name, pod.index, reason, message, disruption=True, at=pod.disrupted_at)
     if pod.failed:
         if pod.pod_reason == "Evicted":
-            return Failure(pod.role, pod.name, pod.index, "Evicted", "", disruption=True)
+            at = pod.terminated.finished_at if pod.terminated else None
+            return Failure(pod.role, pod.name, pod.index, "Evicted", "", disruption=True, at=at)
         return _termination_failure(pod, pod.terminated, pod.pod_reason or "Failed")
     if pod.deleting:
-        return Failure(pod.role, pod.name, pod.index, "Deleted", "the pod was deleted")
+        return Failure(pod.role, pod.name, pod.index, "Deleted", "the pod was deleted", at=pod.deleted_at)
     return None
 
 
@@ -225,7 +237,7 @@ def _chief_failure(pod: PodView | None, job_reason: str | None, job_message: str
         return Failure(Role.CHIEF, pod.name, 0, "NodeLost", pod.node_lost, disruption=True)
     if pod.disruption is not None:
         reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
-        return Failure(Role.CHIEF, pod.name, 0, reason, pod.disruption, disruption=True)
+        return Failure(Role.CHIEF, pod.name, 0, reason, pod.disruption, disruption=True, at=pod.disrupted_at)
     return _termination_failure(pod, pod.terminated, job_reason or "Failed")
 
 
@@ -337,7 +349,8 @@ def _restart(
             failure,
             recorded=recorded,
         )
-    what = "restarting the chief from the latest checkpoint"
+    step = f", step {status.checkpoint.step}" if status.checkpoint is not None else ""
+    what = f"restarting the chief from the latest checkpoint{step}"
     budget = "not counted" if not counted else f"restart {budget_used} of {spec.failure_policy.max_restarts}"
     return RecoveryDecision(
         RecoveryAction.RESTART_FROM_CHECKPOINT,
