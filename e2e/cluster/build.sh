@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd, kwok, kwokctl), the real node's kubelet, kube-proxy and CoreDNS, and helm from the Go
-# module proxy into a cache outside the repo.
+# etcd, kwok, kwokctl), the real node's kubelet, kube-proxy and CoreDNS, helm, and prometheus and
+# promtool (the metrics, alert and dashboard tests) from the Go module proxy into a cache outside
+# the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
 set -euo pipefail
 
@@ -10,6 +11,8 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.19.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.7}"
+# The Go module of Prometheus 3.x.y is tagged v0.3xx.y: v0.316.0 is Prometheus 3.16.0.
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
@@ -97,4 +100,8 @@ build_installable kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "-X sigs.
 build_installable helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 build_kubernetes
 build_installable coredns "$COREDNS_VERSION" github.com/coredns/coredns "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
+prometheus_minor="${PROMETHEUS_VERSION#v0.3}"; prometheus_minor="${prometheus_minor%%.*}"
+prometheus_ld="-X github.com/prometheus/common/version.Version=3.$((10#$prometheus_minor)).${PROMETHEUS_VERSION##*.}"
+build_installable prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus "$prometheus_ld"
+build_installable promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool "$prometheus_ld"
 log "done: $(ls "$BIN" | tr '\n' ' ')"
