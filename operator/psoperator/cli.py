@@ -1,4 +1,5 @@
-"""The `psoperator` command: run the operator, render a job's manifests, print the CRD, plan PS sizing."""
+"""The `psoperator` command: run the operator, render a job's manifests, print the CRD and the metrics
+reference, plan PS sizing."""
 
 from __future__ import annotations
 
@@ -69,11 +70,11 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as error:
         return _usage_error("run", str(error))
     load_config()
-    metrics = Metrics.create()
+    metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
     state = OperatorState(
-        kube=Kube(),
+        kube=Kube(on_error=metrics.api_error),
         metrics=metrics,
         cluster_domain=args.cluster_domain,
         resync_seconds=args.resync_seconds,
@@ -138,6 +139,12 @@ def _crd(args: argparse.Namespace) -> int:
     return crd.main(["--write"] if args.write else [])
 
 
+def _metrics(args: argparse.Namespace) -> int:
+    from psoperator import metrics_doc
+
+    return metrics_doc.main(write=args.write)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="psoperator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crd.add_argument("--write", action="store_true")
     crd.set_defaults(func=_crd)
+
+    metrics = sub.add_parser(
+        "metrics", help="print the reference of every Prometheus metric, or write it into docs/metrics.md"
+    )
+    metrics.add_argument("--write", action="store_true")
+    metrics.set_defaults(func=_metrics)
 
     sizing_cli.add_plan_command(sub)
     return parser

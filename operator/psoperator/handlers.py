@@ -35,6 +35,7 @@ from psoperator.metrics import Metrics
 from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
 from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
+from psoperator.readings import read_job
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_JOB
@@ -203,7 +204,6 @@ def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
-    started = time.monotonic()
     job = await in_thread(state.kube.get_job, namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         return None
@@ -229,11 +229,13 @@ async def reconcile_once(
     observed = _with_nodes(state, observed)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
-    plan = plan_reconcile(job, observed, report, datetime.now(UTC), cluster_domain=state.cluster_domain)
+    now = datetime.now(UTC)
+    plan = plan_reconcile(job, observed, report, now, cluster_domain=state.cluster_domain)
 
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         await in_thread(state.kube.patch_job_status, namespace, name, patch)
+    state.metrics.record(namespace, name, read_job(job, plan, now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.faults)
     if plan.delete_job:
@@ -253,8 +255,6 @@ async def reconcile_once(
             create_missing=plan.create_missing,
             hold_chief=plan.hold_chief,
         )
-        if plan.restarted:
-            state.metrics.recovery_seconds.observe(time.monotonic() - started)
         for ref in result.conflicts:
             kopf.warn(
                 job, reason="NameConflict", message=f"{ref} exists and is not owned by this job; left alone"
@@ -265,14 +265,6 @@ async def reconcile_once(
             logger.info("created %s, replaced %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
-    for role, reason in plan.failures:
-        state.metrics.failures.labels(namespace, name, role, reason).inc()
-    if plan.restarted:
-        reason = (plan.status.get("lastFailure") or {}).get("reason", "Unknown")
-        state.metrics.restarts.labels(namespace, name, reason).inc()
-    state.metrics.set_phase(namespace, name, plan.status.get("phase", "Pending"))
-    if plan.status.get("step") is not None:
-        state.metrics.step.labels(namespace, name).set(plan.status["step"])
     return plan
 
 
@@ -280,21 +272,22 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
     """Reconcile the job until it is gone or its loop is cancelled (deleted job, operator stopping)."""
     key = (namespace, name)
     wake = state.wakeups.setdefault(key, asyncio.Event())
+    state.metrics.jobs_managed.set(len(state.loops))
     try:
         while True:
             wake.clear()
             wait = state.resync_seconds
-            with state.metrics.reconcile_seconds.time():
-                try:
-                    plan = await reconcile_once(state, namespace, name, logger)
-                    state.metrics.reconciles.labels("ok").inc()
-                except Exception:  # one bad reconcile must not end the job's loop
-                    logger.exception("reconcile failed; retrying")
-                    state.metrics.reconciles.labels("error").inc()
-                    plan, wait = None, 2.0
-                else:
-                    if plan is None:  # gone or being deleted, even if its watch event is still to come
-                        return
+            started = time.monotonic()
+            try:
+                plan = await reconcile_once(state, namespace, name, logger)
+                state.metrics.reconciled("ok", time.monotonic() - started)
+            except Exception:  # one bad reconcile must not end the job's loop
+                logger.exception("reconcile failed; retrying")
+                state.metrics.reconciled("error", time.monotonic() - started)
+                plan, wait = None, 2.0
+            else:
+                if plan is None:  # gone or being deleted, even if its watch event is still to come
+                    return
             if plan is not None and plan.requeue_after is not None:
                 wait = min(wait, max(plan.requeue_after, 0.5))
             with contextlib.suppress(TimeoutError):
@@ -306,3 +299,4 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
             state.loops.pop(key)
             state.wakeups.pop(key, None)
         state.metrics.forget(namespace, name)  # a deleted job leaves no series behind
+        state.metrics.jobs_managed.set(len(state.loops))

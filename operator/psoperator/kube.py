@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -71,8 +72,14 @@ class ApplyResult:
 
 
 class Kube:
-    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        on_error: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.api = api_client or client.ApiClient()
+        # Told of every request that fails: its HTTP method and status code ("none": no response).
+        self.on_error = on_error or (lambda _method, _code: None)
 
     def _call(
         self,
@@ -91,9 +98,14 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(*request)
+        try:
+            response = self.api.call_api(*request)
+        except urllib3.exceptions.HTTPError:
+            self.on_error(method, "none")
+            raise
         data: bytes = response.read()  # type: ignore[no-untyped-call]
         if not 200 <= response.status < 300:
+            self.on_error(method, str(response.status))
             raise ApiException(
                 status=response.status, reason=response.reason, body=data.decode(errors="replace")
             )

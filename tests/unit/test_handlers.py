@@ -11,7 +11,9 @@ import pytest
 
 from psoperator import GROUP, handlers
 from psoperator.metrics import Metrics
+from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
+from psoperator.vocabulary import Phase
 from tests.unit.test_kube import RecordingKube
 
 
@@ -28,7 +30,7 @@ def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> 
 
     async def configure() -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()
-        memo = kopf.Memo(state=handlers.OperatorState(RecordingKube(), Metrics.create()))
+        memo = kopf.Memo(state=handlers.OperatorState(RecordingKube(), Metrics()))
         await _kopf_fn(handlers.configure)(settings=settings, memo=memo)
         await _kopf_fn(handlers.close)(memo=memo)
         return settings
@@ -55,7 +57,7 @@ def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.Monke
         return ReconcilePlan(status={}, render=None)
 
     monkeypatch.setattr(handlers, "reconcile_once", fake_reconcile)
-    state = handlers.OperatorState(RecordingKube(), Metrics.create())
+    state = handlers.OperatorState(RecordingKube(), Metrics())
     memo = kopf.Memo(state=state)
     log = logging.getLogger("test")
 
@@ -66,7 +68,7 @@ def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.Monke
         )
         await asyncio.sleep(0.05)
         assert reconciled == ["ns/ctr"] and ("ns", "ctr") in state.loops
-        state.metrics.set_phase("ns", "ctr", "Running")
+        state.metrics.record("ns", "ctr", JobReading(phase=Phase.RUNNING, step=3))
         await _kopf_fn(handlers.job_changed)(
             type="DELETED", body=body, namespace="ns", name="ctr", memo=memo, logger=log, node_health={}
         )
@@ -86,7 +88,7 @@ def test_a_loop_ends_by_itself_when_the_job_is_gone(monkeypatch: pytest.MonkeyPa
         return None
 
     monkeypatch.setattr(handlers, "reconcile_once", gone)
-    state = handlers.OperatorState(RecordingKube(), Metrics.create())
+    state = handlers.OperatorState(RecordingKube(), Metrics())
     memo = kopf.Memo(state=state)
 
     async def scenario() -> None:

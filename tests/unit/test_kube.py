@@ -23,15 +23,19 @@ class _Wire:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str, Any]] = []
+        self.status = 200  # of every response
 
     def request(self, method: str, url: str, body: Any = None, headers: Any = None, **_: Any) -> Any:
         content_type = (headers or {}).get("Content-Type", "")
         self.sent.append((method, url, content_type, body))
-        return _Ok()
+        return _Ok(self.status)
 
 
 class _Ok:
-    status, reason, data, headers = 200, "OK", b"{}", {"content-type": "application/json"}
+    reason, data, headers = "OK", b"{}", {"content-type": "application/json"}
+
+    def __init__(self, status: int) -> None:
+        self.status = status
 
     def read(self, *_: Any, **__: Any) -> bytes:
         return self.data
