@@ -24,7 +24,10 @@ from psoperator.readings import JobReading
 from psoperator.vocabulary import Phase
 
 PHASES: tuple[str, ...] = tuple(Phase)
-NAMESPACE, JOB = ("namespace",), ("namespace", "job")
+OUTCOMES = ("ok", "error")
+# A job is `psjob` (kubectl's short name), not `job`: Prometheus gives every scraped series a `job`
+# label of its own (the scrape job's), which would rename ours to `exported_job`.
+NAMESPACE, JOB = ("namespace",), ("namespace", "psjob")
 # Seconds: a reconcile takes milliseconds; recovery and start-up take seconds to minutes.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SLOW_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
@@ -85,6 +88,12 @@ class Metrics:
         )
         self.replicas_running = self._gauge(
             "psoperator_job_replicas_running", "Pods of the role that are Running.", (*JOB, "role")
+        )
+        self.replicas_restarts = self._gauge(
+            "psoperator_job_replicas_restarts",
+            "Container restarts and pod replacements of the role since the job's creation (its status: an "
+            "operator restart does not reset it).",
+            (*JOB, "role"),
         )
         self.pod_restarts = self._counter(
             "psoperator_job_pod_restarts",
@@ -147,12 +156,15 @@ class Metrics:
         self.jobs_managed = self._gauge(
             "psoperator_jobs_managed", "Jobs the operator runs a reconcile loop for.", ()
         )
+        for outcome in OUTCOMES:  # present from the start, so that rate() sees the first error
+            self.reconciles.labels(outcome)
+            self.reconcile_duration.labels(outcome)
 
     def _doc(self, name: str, type_: str, labels: Sequence[str], help_: str) -> None:
         self.reference.append(MetricDoc(name, type_, tuple(labels), help_))
 
     def _keep(self, metric: MetricWrapperBase, labels: Sequence[str]) -> None:
-        if "job" in labels:
+        if "psjob" in labels:
             self.per_job.append(metric)
 
     def _counter(self, name: str, help_: str, labels: Sequence[str]) -> Counter:
@@ -193,6 +205,7 @@ class Metrics:
             self.replicas_desired.labels(namespace, job, role).set(counts.desired)
             self.replicas_ready.labels(namespace, job, role).set(counts.ready)
             self.replicas_running.labels(namespace, job, role).set(counts.running)
+            self.replicas_restarts.labels(namespace, job, role).set(counts.restarts)
         optional = (
             (self.step, reading.step),
             (self.step_rate, reading.step_rate),
@@ -227,7 +240,7 @@ class Metrics:
         """The job is gone: so is every series that names it."""
         self.readings.pop((namespace, job), None)
         for metric in self.per_job:
-            metric.remove_by_labels({"namespace": namespace, "job": job})
+            metric.remove_by_labels({"namespace": namespace, "psjob": job})
 
 
 class _ReadingsCollector(Collector):

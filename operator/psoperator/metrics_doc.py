@@ -18,10 +18,12 @@ INTRO = """\
 <!-- Generated from operator/psoperator/metrics.py by `psoperator metrics --write`; do not edit. -->
 
 `psoperator run --metrics-port N` serves these at `:N/metrics` (the chart: port 9090, its Service
-`<release>-metrics`, and a ServiceMonitor with `metrics.serviceMonitor.enabled`). Every series
-labelled `job` goes away when the job is deleted; the counters labelled by `namespace` only stay.
-No label holds a pod's name. Alerts and a Grafana dashboard built on them ship in the chart
-(`prometheusRule.enabled`, `grafanaDashboard.enabled`).
+`<release>-metrics`, and a ServiceMonitor with `metrics.serviceMonitor.enabled`). A job is the
+label `psjob`, not `job`, which Prometheus sets to the scrape job's name; scrape with
+`honor_labels: true` (the chart's ServiceMonitor does) so that `namespace` stays the job's, not the
+operator's. Every series labelled `psjob` goes away when the job is deleted; the counters labelled by
+`namespace` only stay. No label holds a pod's name. Alerts and a Grafana dashboard built on these
+ship in the chart (`metrics.prometheusRule.enabled`, `metrics.grafanaDashboard.enabled`).
 
 | metric | type | labels | meaning |
 |---|---|---|---|

@@ -74,7 +74,7 @@ def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.Monke
         )
         assert ("ns", "ctr") not in state.loops and ("ns", "ctr") not in state.wakeups
         phases = [
-            s for m in state.metrics.registry.collect() for s in m.samples if s.labels.get("job") == "ctr"
+            s for m in state.metrics.registry.collect() for s in m.samples if s.labels.get("psjob") == "ctr"
         ]
         assert phases == []
 

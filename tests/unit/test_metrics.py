@@ -89,7 +89,7 @@ def _a_job_lifetime(metrics: Metrics, name: str) -> None:
 def test_a_job_lifetime_reads_as_the_issue_asks() -> None:
     metrics = Metrics(clock=lambda: NOW.timestamp())
     _a_job_lifetime(metrics, "ctr")
-    job_labels = {"namespace": "team-a", "job": "ctr"}
+    job_labels = {"namespace": "team-a", "psjob": "ctr"}
     assert value(metrics, "psoperator_jobs_created_total", namespace="team-a") == 1
     assert value(metrics, "psoperator_jobs_restarted_total", reason="ParameterServerLost") == 1
     assert value(metrics, "psoperator_jobs_succeeded_total", namespace="team-a") == 1
@@ -117,7 +117,7 @@ def test_500_jobs_created_and_deleted_leave_the_series_count_where_it_was() -> N
     baseline = series_count(metrics)
     for i in range(500):
         _a_job_lifetime(metrics, f"job-{i}")
-    jobs = [s.labels["job"] for f in metrics.registry.collect() for s in f.samples if "job" in s.labels]
+    jobs = [s.labels["psjob"] for f in metrics.registry.collect() for s in f.samples if "psjob" in s.labels]
     assert len(jobs) == 500 * len([j for j in jobs if j == "job-0"]) > 500 * 30
     pod_names = {p["metadata"]["name"] for p in BASE}
     labels = {
@@ -165,9 +165,9 @@ def test_checkpoint_age_is_computed_when_scraped() -> None:
     clock = [NOW.timestamp()]
     metrics = Metrics(clock=lambda: clock[0])
     metrics.record("ns", "ctr", JobReading(phase=Phase.RUNNING, checkpoint_time=NOW.timestamp() - 5))
-    assert value(metrics, "psoperator_job_checkpoint_age_seconds", job="ctr") == 5
+    assert value(metrics, "psoperator_job_checkpoint_age_seconds", psjob="ctr") == 5
     clock[0] += 60
-    assert value(metrics, "psoperator_job_checkpoint_age_seconds", job="ctr") == 65
+    assert value(metrics, "psoperator_job_checkpoint_age_seconds", psjob="ctr") == 65
 
 
 def test_operator_metrics_count_reconciles_and_api_errors() -> None:
