@@ -26,7 +26,9 @@ pytestmark = pytest.mark.usefixtures("kwok_only")
 
 
 @contextmanager
-def serve_progress(address: str, report: dict[str, object], hits: list[str]) -> Iterator[dict[str, object]]:
+def serve_progress(
+    address: str, report: dict[str, object], hits: list[str], port: int = DEFAULT_PROGRESS_PORT
+) -> Iterator[dict[str, object]]:
     """Serves `report` (mutable: change it to move training along) at the chief's progress URL.
 
     Every request's path is appended to `hits`.
@@ -44,7 +46,7 @@ def serve_progress(address: str, report: dict[str, object], hits: list[str]) -> 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer((address, DEFAULT_PROGRESS_PORT), Handler)
+    server = http.server.ThreadingHTTPServer((address, port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
