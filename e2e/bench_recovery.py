@@ -45,10 +45,11 @@ def _reconcile_seconds(port: int) -> tuple[float, float]:
     values = {
         line.split()[0]: float(line.split()[1])
         for line in text.splitlines()
-        if line.startswith("psoperator_reconcile_seconds_")
+        if line.startswith("psoperator_reconcile_duration_seconds_")
     }
-    return values.get("psoperator_reconcile_seconds_count", 0.0), values.get(
-        "psoperator_reconcile_seconds_sum", 0.0
+    ok = '{outcome="ok"}'
+    return values.get(f"psoperator_reconcile_duration_seconds_count{ok}", 0.0), values.get(
+        f"psoperator_reconcile_duration_seconds_sum{ok}", 0.0
     )
 
 

@@ -58,6 +58,6 @@ pytest_all() {
 step "system packages (apt)" system_packages
 step "Python packages (pip)" python_packages
 step "lint and types" lint
-step "binaries: control plane, kubelet, kube-proxy, CoreDNS, helm" e2e/cluster/cluster.sh build
+step "binaries: control plane, node, CoreDNS, helm, prometheus" e2e/cluster/cluster.sh build
 step "images: base (mmdebstrap), operator, trainer" images/build.sh
 step "tests (pytest)" pytest_all "$@"

@@ -143,15 +143,14 @@ def _dashboard_queries_return_data(prom: monitoring.PrometheusProcess) -> None:
 
 def _the_story_is_told(k8s: client.ApiClient, namespace: str, kubeconfig: Path) -> None:
     """`kubectl describe` reads like a story, `kubectl get -o wide` shows the checkpoint and the failure."""
-    events = (
-        client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr").items
-    )
+    listed = client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr")
+    events = [(str(e.reason), str(e.message), str(e.metadata.creation_timestamp)) for e in listed.items]
     story = ["Created", "Running", "AllRunning", "ParameterServerLost", "Recovered", "Succeeded"]
-    assert sorted(e.reason for e in events) == sorted(story)
+    assert sorted(reason for reason, _, _ in events) == sorted(story)
     # In this order (events carry whole seconds: those of one reconcile tie).
-    when = {e.reason: e.metadata.creation_timestamp for e in events}
+    when = {reason: at for reason, _, at in events}
     assert [when[r] for r in story] == sorted(when[r] for r in story)
-    told = {e.reason: e.message for e in events}
+    told = {reason: message for reason, message, _ in events}
     assert "ps 1 (ctr-ps-1): OOMKilled (exit code 137)" in told["ParameterServerLost"]
     assert "from the latest checkpoint, step 200" in told["ParameterServerLost"]
     assert told["Recovered"].endswith("s after the failure")  # no progress served by the new chief

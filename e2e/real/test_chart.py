@@ -51,7 +51,7 @@ def test_the_chart_runs_the_operator_in_cluster_and_uninstalls_cleanly(
     # The kubelet's own liveness probe goes to this endpoint; so does this test, from the node.
     assert _get(f"http://{ip}:8080/healthz") is not None
     metrics = _get(f"http://{ip}:9090/metrics")
-    assert "# HELP psoperator_reconcile_seconds" in metrics, metrics[:2000]
+    assert "# HELP psoperator_reconcile_duration_seconds" in metrics, metrics[:2000]
 
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
     wait_for(lambda: not _left_behind(kubeconfig), timeout=90, message=lambda: _left_behind(kubeconfig))
