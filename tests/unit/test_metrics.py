@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from psoperator import metrics_doc
+from psoperator import cli, metrics_doc
 from psoperator.api import PSTrainingJobStatus
 from psoperator.contract import ProgressReport
 from psoperator.metrics import Metrics
@@ -196,3 +196,8 @@ def test_the_reference_lists_every_metric_registered() -> None:
 def test_the_committed_reference_is_generated_from_the_registry() -> None:
     committed = (ROOT / metrics_doc.DOC_FILE).read_text()
     assert committed == metrics_doc.render(), "docs/metrics.md is stale: run `psoperator metrics --write`"
+
+
+def test_psoperator_metrics_prints_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["metrics"]) == 0
+    assert capsys.readouterr().out == metrics_doc.render()
