@@ -145,7 +145,15 @@ def _the_story_is_told(k8s: client.ApiClient, namespace: str, kubeconfig: Path) 
     """`kubectl describe` reads like a story, `kubectl get -o wide` shows the checkpoint and the failure."""
     listed = client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr")
     events = [(str(e.reason), str(e.message), str(e.metadata.creation_timestamp)) for e in listed.items]
-    story = ["Created", "Running", "AllRunning", "ParameterServerLost", "Recovered", "Succeeded"]
+    story = [
+        "Created",
+        "Running",
+        "AllRunning",
+        "ParameterServerLost",
+        "RecyclingParameterServers",
+        "Recovered",
+        "Succeeded",
+    ]
     assert sorted(reason for reason, _, _ in events) == sorted(story)
     # In this order (events carry whole seconds: those of one reconcile tie).
     when = {reason: at for reason, _, at in events}
