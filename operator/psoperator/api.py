@@ -24,7 +24,7 @@ MAX_REPLICAS = 1000
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
 
 class ChiefSpec(_Model):

@@ -280,6 +280,14 @@ def test_invalid_spec_fails_without_children() -> None:
     assert _conditions(plan.status)["Failed"][1] == "InvalidSpec"
 
 
+def test_a_field_of_a_newer_crd_is_ignored_not_a_failure() -> None:
+    """CRDs are applied before the operator is upgraded: until then, fields it does not know are
+    the API server's to validate, and the job runs."""
+    newer = job(ps={"replicas": 2, "fieldOfANewerVersion": {"enabled": True}}, aNewerSwitch=True)
+    plan = plan_reconcile(with_status(newer, phase="Creating"), observed(BASE, chief_job()), None, NOW)
+    assert plan.status["phase"] == "Running" and plan.render is not None
+
+
 def test_undersized_ps_with_enforce_does_not_start() -> None:
     model = {"parameters": 4_000_000_000, "optimizer": "adam", "enforce": True}
     ps = {
