@@ -86,10 +86,10 @@ GO
   mark etcd "$ETCD_VERSION"
 }
 
-build_installable() {  # name version package
+build_installable() {  # name version package [ldflags [tags]]
   have "$1" "$2" && { log "$1 $2: cached"; return; }
   log "$1 $2: building"
-  GOBIN="$BIN" go install -trimpath -ldflags "-s -w ${4:-}" "$3@$2"
+  GOBIN="$BIN" go install -trimpath -tags "${5:-}" -ldflags "-s -w ${4:-}" "$3@$2"
   mark "$1" "$2"
 }
 
@@ -102,6 +102,8 @@ build_kubernetes
 build_installable coredns "$COREDNS_VERSION" github.com/coredns/coredns "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
 prometheus_minor="${PROMETHEUS_VERSION#v0.3}"; prometheus_minor="${prometheus_minor%%.*}"
 prometheus_ld="-X github.com/prometheus/common/version.Version=3.$((10#$prometheus_minor)).${PROMETHEUS_VERSION##*.}"
-build_installable prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus "$prometheus_ld"
-build_installable promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool "$prometheus_ld"
+# The tests scrape static targets: no service discovery plugin (cloud SDKs) is compiled in, which
+# takes a cold build from about 20 to about 7 minutes on 2 cores.
+build_installable prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus "$prometheus_ld" remove_all_sd
+build_installable promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool "$prometheus_ld" remove_all_sd
 log "done: $(ls "$BIN" | tr '\n' ' ')"
