@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e import psjobs
+from e2e import monitoring, psjobs
 from e2e.conftest import kubectl
 from e2e.real import example
 from e2e.real.conftest import Figures
@@ -217,18 +217,20 @@ def test_a_deleted_chief_exits_143_and_its_restart_does_not_count(
 # A model whose copy stands out from the TensorFlow runtime: 4,000,000 x 16 fp32 and Adagrad's
 # accumulator, 256 MiB of state on each of 2 PS.
 BIG_MODEL = ["--vocab-size=4000000", "--embedding-dim=16"]
-RECYCLE_CHECKPOINT_STEPS = 40
+ENDLESS_CHECKPOINT_STEPS = 40
 CHIEF_RESTARTS = 5
 PS_MEMORY_BOUND = 1.10
 
 
-def apply_big_model(kubeconfig: Path, namespace: str) -> str:
-    """The example with a bigger embedding, checkpoints every 40 steps, no evaluator, endless steps."""
-    docs = example.manifests(namespace, 1_000_000, None, RECYCLE_CHECKPOINT_STEPS)
+def apply_endless(kubeconfig: Path, namespace: str, model: list[str] | None = None) -> str:
+    """The example training without end (checkpoints every 40 steps), with no evaluator, and with
+    `model`'s flags instead of the example's model size if given."""
+    docs = example.manifests(namespace, 1_000_000, None, ENDLESS_CHECKPOINT_STEPS)
     job = next(d for d in docs if d["kind"] == "PSTrainingJob")
     chief = job["spec"]["chief"]["template"]["spec"]["containers"][0]
-    chief["args"] = [a for a in chief["args"] if not a.startswith(("--vocab-size", "--embedding-dim"))]
-    chief["args"] += BIG_MODEL
+    if model:
+        chief["args"] = [a for a in chief["args"] if not a.startswith(("--vocab-size", "--embedding-dim"))]
+        chief["args"] += model
     del job["spec"]["evaluator"]
     job["spec"]["failurePolicy"]["maxRestarts"] = CHIEF_RESTARTS
     kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
@@ -287,7 +289,7 @@ def test_chief_restarts_restart_the_ps_too_and_their_memory_stays_flat(
 ) -> None:
     """Five chiefs SIGKILLed in a row, each after its next checkpoint: the operator restarts the
     parameter servers with every new chief, so each holds one copy of the model, not one per chief."""
-    name = apply_big_model(kubeconfig, job_namespace)
+    name = apply_endless(kubeconfig, job_namespace, BIG_MODEL)
     memory: list[dict[str, float]] = []
     checkpoint = -1
     for attempt in range(CHIEF_RESTARTS + 1):
@@ -310,3 +312,29 @@ def test_chief_restarts_restart_the_ps_too_and_their_memory_stays_flat(
     for later in memory[2:]:
         for pod, mib in later.items():
             assert mib <= PS_MEMORY_BOUND * memory[1][pod], (pod, memory[1], later)
+
+
+def test_prometheus_scrapes_the_chiefs_own_metrics(
+    kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, tmp_path: Path
+) -> None:
+    """A real Prometheus scrapes the training chief's /metrics on its progress port: the target the
+    chart's trainer PodMonitor gives it (the pod's `progress` port)."""
+    name = apply_endless(kubeconfig, job_namespace)
+    chief, _ = chief_checkpoint(k8s, job_namespace, name, 0, -1)
+    prometheus = monitoring.PrometheusProcess(tmp_path, f"{chief['status']['podIP']}:8470", {"groups": []})
+    prometheus.start()
+    try:
+
+        def value(expr: str) -> float:
+            return max(prometheus.query(expr).values(), default=0.0)
+
+        saves = wait_for(
+            lambda: value("pstrainer_checkpoint_save_seconds_count"), timeout=120, message="a checkpoint save"
+        )
+        step = wait_for(lambda: value("pstrainer_global_step"), timeout=60, message="a step")
+        wait_for(lambda: value("pstrainer_global_step") > step, timeout=120, message=f"the step past {step}")
+        assert value("pstrainer_step_seconds_count") > 0 and value("pstrainer_examples_per_second") > 0
+        assert value("pstrainer_last_checkpoint_step") >= ENDLESS_CHECKPOINT_STEPS and saves >= 1
+    finally:
+        prometheus.stop()
+    kubectl(kubeconfig, "delete", "psjob", name, "-n", job_namespace, "--wait=false")

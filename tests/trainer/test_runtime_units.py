@@ -342,3 +342,9 @@ def test_sigterm_watcher_takes_the_signal_whatever_the_main_thread_does(tmp_path
         if process.poll() is None:
             process.kill()
             process.wait(10)
+
+
+def test_the_readme_lists_every_trainer_metric() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for family in ProgressTracker().registry.collect():
+        assert f"| `{family.name}` | {family.type} | {family.documentation} |" in readme, family.name

@@ -17,6 +17,10 @@ import pytest
 import yaml
 
 from psoperator import crd
+from psoperator.contract import METRICS_PATH
+from psoperator.render import render_children
+from psoperator.render.names import LABEL_JOB
+from tests.unit.builders import job
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ps-training-operator"
@@ -202,6 +206,24 @@ def test_service_monitor_is_optional(helm: str) -> None:
         "metrics.service.enabled=false",
     )
     assert result.returncode != 0 and "metrics.service.enabled" in result.stderr
+
+
+def test_trainer_pod_monitor_selects_the_chief_pods_progress_port(helm: str) -> None:
+    assert not [k for k, _ in render(helm) if k == "PodMonitor"]  # off by default
+    monitor = one(render(helm, "--set", "metrics.trainerPodMonitor.enabled=true"), "PodMonitor")
+    chief = next(c for c in render_children(job()) if c["kind"] == "Job")
+    template = chief["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = [p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])]
+    assert endpoint["port"] in ports and endpoint["path"] == METRICS_PATH
+    (relabel,) = endpoint["relabelings"]
+    assert relabel["sourceLabels"] == [f"__meta_kubernetes_pod_label_{_prometheus_name(LABEL_JOB)}"]
+
+
+def _prometheus_name(label: str) -> str:
+    """A pod label as Prometheus's Kubernetes discovery names it: every other character becomes _."""
+    return "".join(c if c.isalnum() else "_" for c in label)
 
 
 def test_rbac_and_service_account_can_be_brought_by_the_user(helm: str) -> None:

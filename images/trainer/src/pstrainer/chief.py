@@ -117,8 +117,10 @@ def run_chief(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -
         global_step.assign(step)
         path = manager.save(checkpoint_number=step)
         last_saved_step, last_saved_time = step, time.time()
+        took = time.monotonic() - began
+        tracker.checkpoint_save_seconds.observe(took)
         tracker.update(checkpoint_step=step, checkpoint_path=path, checkpoint_time=last_saved_time)
-        log.info("checkpoint at step %d: %s (%.2f s)", step, path, time.monotonic() - began)
+        log.info("checkpoint at step %d: %s (%.2f s)", step, path, took)
 
     fault_armed = config.inject_fault == "model-bug"
     first_join = True
@@ -137,6 +139,7 @@ def run_chief(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -
         step += count
         global_step.assign(step)
         elapsed = max(time.monotonic() - began, 1e-6)
+        tracker.step_seconds.observe(elapsed / count)
         loss = float(result.fetch()) if result is not None else None
         tracker.update(step=step, loss=loss, examples_per_second=count * config.model.batch_size / elapsed)
         log.debug("step %d loss %.4f", step, loss or 0.0)

@@ -12,7 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from psoperator.contract import METRICS_PATH, PROGRESS_PATH, ExitCode, ProgressReport
@@ -46,6 +46,18 @@ class ProgressTracker:
                 "pstrainer_resumed_from_step", "Step restored at start.", registry=self.registry
             ),
         }
+        self.step_seconds = Histogram(
+            "pstrainer_step_seconds",
+            "Wall time of one global step (a dispatch's time over its steps).",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.checkpoint_save_seconds = Histogram(
+            "pstrainer_checkpoint_save_seconds",
+            "Wall time of writing one checkpoint.",
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            registry=self.registry,
+        )
         self._sync_gauges()
 
     def update(self, **fields: Any) -> ProgressReport:
