@@ -296,11 +296,11 @@ def test_chief_restarts_restart_the_ps_too_and_their_memory_stays_flat(
         chief, report = chief_checkpoint(k8s, job_namespace, name, attempt, checkpoint)
         # From the latest checkpoint: the one seen, or one the chief wrote before its SIGKILL landed.
         resumed = report.get("resumedFromStep")
-        assert (
-            (resumed is None)
-            if not attempt
-            else (resumed >= checkpoint and resumed % ENDLESS_CHECKPOINT_STEPS == 0)
-        ), report
+        if attempt:
+            assert resumed is not None and resumed >= checkpoint, report
+            assert resumed % ENDLESS_CHECKPOINT_STEPS == 0, report
+        else:
+            assert resumed is None, report
         checkpoint = report["checkpointStep"]
         ps = {pod: mib for pod, mib in working_set_mib(kubeconfig, job_namespace).items() if "-ps-" in pod}
         memory.append(ps)
