@@ -205,12 +205,25 @@ class RunPolicy(_Model):
     )
 
 
+# What the API server requires of a pod's schedulerName and priorityClassName: a DNS-1123 subdomain.
+# Checked here, so a bad name is refused with the job instead of failing every pod's creation.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
 class SchedulingSpec(_Model):
     scheduler_name: str | None = Field(
-        None, alias="schedulerName", description="Scheduler of every pod, e.g. volcano."
+        None,
+        alias="schedulerName",
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Scheduler of every pod, e.g. volcano (a DNS subdomain).",
     )
     priority_class_name: str | None = Field(
-        None, alias="priorityClassName", description="PriorityClass of every pod."
+        None,
+        alias="priorityClassName",
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="PriorityClass of every pod (a DNS subdomain).",
     )
 
 
