@@ -67,7 +67,8 @@ def _warnings(k8s: client.ApiClient, namespace: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for event in events.items:
         if event.type == "Warning":
-            counts[event.reason] = counts.get(event.reason, 0) + (event.count or 1)
+            reason = str(event.reason)
+            counts[reason] = counts.get(reason, 0) + (event.count or 1)
     return counts
 
 
@@ -84,12 +85,12 @@ def test_a_job_that_can_never_run_fails_with_the_cause(
     assert case.reason in _warnings(k8s, namespace)
     # Bounded: the parameter servers and workers are scaled down, and nothing comes back.
     apps = client.AppsV1Api(k8s)
-    for role in ("ps", "worker"):
-        wait_for(
-            lambda role=role: apps.read_namespaced_stateful_set(f"ctr-{role}", namespace).spec.replicas == 0,
-            timeout=30,
-            message=f"ctr-{role} scaled to 0",
-        )
+
+    def scaled_down() -> bool:
+        sets = [apps.read_namespaced_stateful_set(f"ctr-{role}", namespace) for role in ("ps", "worker")]
+        return all(s.spec.replicas == 0 for s in sets)
+
+    wait_for(scaled_down, timeout=30, message="the PS and worker StatefulSets scaled to 0")
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["phase"] == "Failed", 3, message="stays Failed")
     assert operator.running
 

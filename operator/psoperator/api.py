@@ -227,6 +227,18 @@ class SchedulingSpec(_Model):
     )
 
 
+class NetworkPolicySpec(_Model):
+    enabled: bool = Field(
+        True,
+        description=(
+            "Isolate the job's pods with NetworkPolicies (TensorFlow's gRPC has no authentication): "
+            "the gRPC port takes connections only from the job's own pods, the chief's progress port "
+            "only from the operator's namespace, and nothing else gets in; your own NetworkPolicies "
+            "add to these. Needs a network plugin that enforces NetworkPolicy. Set false to remove them."
+        ),
+    )
+
+
 class EmbeddingTable(_Model):
     name: str = Field(..., min_length=1, max_length=253, description="Name of the table.")
     rows: int = Field(..., ge=1, description="Vocabulary size (rows).")
@@ -281,6 +293,11 @@ class PSTrainingJobSpec(_Model):
     )
     model: ModelHints | None = Field(
         None, description="Model size hints, used to check that the parameter servers fit it."
+    )
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=NetworkPolicySpec,
+        alias="networkPolicy",
+        description="Ingress isolation of the job's pods (on by default).",
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         kube=Kube(on_error=metrics.api_error),
         metrics=metrics,
         cluster_domain=args.cluster_domain,
+        operator_namespace=args.operator_namespace or None,
         resync_seconds=args.resync_seconds,
         progress_port=args.progress_port,
         faults=faults,
@@ -169,6 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--cluster-domain", default="cluster.local")
     run.add_argument(
+        "--operator-namespace",
+        default=os.environ.get("POD_NAMESPACE", ""),
+        help=(
+            "the namespace the operator runs in (default: $POD_NAMESPACE, which the chart sets): "
+            "the jobs' NetworkPolicies let only it read the chiefs' progress port"
+        ),
+    )
+    run.add_argument(
         "--resync-seconds",
         type=float,
         default=10.0,
@@ -206,8 +216,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _env_int(name: str, default: int) -> int:
-    import os
-
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else default
 

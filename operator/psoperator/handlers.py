@@ -53,6 +53,7 @@ class OperatorState:
     kube: Kube
     metrics: Metrics
     cluster_domain: str = "cluster.local"
+    operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
     resync_seconds: float = 10.0
     progress_port: int = DEFAULT_PROGRESS_PORT
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
@@ -230,7 +231,14 @@ async def reconcile_once(
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = await _progress(state, observed, attempt)
     now = datetime.now(UTC)
-    plan = plan_reconcile(job, observed, report, now, cluster_domain=state.cluster_domain)
+    plan = plan_reconcile(
+        job,
+        observed,
+        report,
+        now,
+        cluster_domain=state.cluster_domain,
+        operator_namespace=state.operator_namespace,
+    )
 
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
@@ -262,7 +270,7 @@ async def reconcile_once(
         for ref in result.rejected:
             kopf.warn(job, reason="ChildRejected", message=ref)
         if result.created or result.deleted:
-            logger.info("created %s, replaced %s", result.created, result.deleted)
+            logger.info("created %s, deleted %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
     return plan

@@ -34,6 +34,7 @@ _PATHS = {
     "Service": ("/api/v1", "services"),
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Job": ("/apis/batch/v1", "jobs"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 
 
@@ -177,7 +178,8 @@ class Kube:
         create_missing: bool = True,
         hold_chief: bool = False,
     ) -> ApplyResult:
-        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt.
+        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt,
+        delete what the job owns and no longer wants (its NetworkPolicies, once switched off).
 
         Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
         (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
@@ -221,7 +223,18 @@ class Kube:
                     result.rejected.append(f"{ref}: {_reason(error)}")
                 else:
                     raise
+        self._delete_unwanted(namespace, owner_uid, desired, observed, result)
         return result
+
+    def _delete_unwanted(
+        self, namespace: str, owner_uid: str, desired: list[Obj], observed: list[Obj], result: ApplyResult
+    ) -> None:
+        wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
+        for current in observed:
+            kind, name = current.get("kind"), current["metadata"]["name"]
+            if (kind, name) not in wanted and kind in _PATHS and owned_by(current, owner_uid):
+                self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
+                result.deleted.append(f"{kind}/{name}")
 
     def _patch(self, path: str, manifest: Obj) -> None:
         if manifest["kind"] == "Job":

@@ -103,6 +103,8 @@ def test_deployment(helm: str) -> None:
         "run", "--all-namespaces", "--standalone", "--liveness=http://0.0.0.0:8080/healthz"
     ]  # fmt: skip
     assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9090"} in container["env"]
+    namespace = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    assert namespace in container["env"]  # --operator-namespace: who may read the chiefs' progress
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
@@ -157,6 +159,7 @@ def test_cluster_role_grants_exactly_what_the_operator_needs(helm: str) -> None:
         | _expect([""], ["services"], owned)
         | _expect(["apps"], ["statefulsets"], owned)
         | _expect(["batch"], ["jobs"], owned)
+        | _expect(["networking.k8s.io"], ["networkpolicies"], "list create patch delete")
         | _expect([""], ["pods"], "get list watch delete")
         | _expect([""], ["nodes"], "list watch")
         | _expect(["", "events.k8s.io"], ["events"], "create patch")

@@ -132,7 +132,8 @@ def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
     live = _live(render_children(job()))
     desired = render_children(job(failurePolicy={"permanentExitCodes": [3]}), suspended=True)
     kube = RecordingKube()
-    kube.apply_children(NS, "job-uid", [m for m in desired if m["kind"] == "Job"], live)
+    jobs = [m for m in desired if m["kind"] == "Job"]
+    kube.apply_children(NS, "job-uid", jobs, [o for o in live if o["kind"] == "Job"])
     [(method, path)] = kube.calls
     content_type, body = kube.bodies[0]
     assert (method, path, content_type) == ("PATCH", CHIEF_PATH, "application/merge-patch+json")
@@ -157,3 +158,16 @@ def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
     assert kube.calls == [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
     _, body = kube.bodies[0]
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
+
+
+def test_network_policies_switched_off_are_deleted_and_what_is_not_ours_is_left() -> None:
+    live = _live(render_children(job(), operator_namespace="ops"))
+    foreign = copy.deepcopy(next(o for o in live if o["metadata"]["name"] == "ctr-peers"))
+    foreign["metadata"].update(name="theirs", ownerReferences=[{"uid": "someone-else"}])
+    desired = render_children(job(networkPolicy={"enabled": False}), operator_namespace="ops")
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, [*live, foreign])
+    assert result.deleted == ["NetworkPolicy/ctr-peers", "NetworkPolicy/ctr-chief-progress"]
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
+    assert kube.calls == [("DELETE", f"{policies}/ctr-peers"), ("DELETE", f"{policies}/ctr-chief-progress")]
+    assert result.created == result.patched == []

@@ -42,12 +42,17 @@ def selector_labels(job_name: str, role: Role) -> dict[str, str]:
     return {LABEL_JOB: job_name, LABEL_ROLE: role.value}
 
 
-def child_labels(job_name: str, role: Role) -> dict[str, str]:
-    """Labels on every child object and pod of a role."""
+def job_labels(job_name: str, component: str) -> dict[str, str]:
+    """Labels on every child of a job; LABEL_JOB is how the operator lists them."""
     return {
         "app.kubernetes.io/name": APP_NAME,
         "app.kubernetes.io/instance": job_name,
-        "app.kubernetes.io/component": role.value,
+        "app.kubernetes.io/component": component,
         "app.kubernetes.io/managed-by": MANAGER,
-        **selector_labels(job_name, role),
+        LABEL_JOB: job_name,
     }
+
+
+def child_labels(job_name: str, role: Role) -> dict[str, str]:
+    """Labels on every child object and pod of a role."""
+    return {**job_labels(job_name, role.value), **selector_labels(job_name, role)}
