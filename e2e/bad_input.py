@@ -128,6 +128,13 @@ CREATE: tuple[BadInput, ...] = (
     BadInput("port-string", "spec.port", "2222", ("spec.port", "must be of type integer"), TYPE),
     BadInput("replicas-string", "spec.ps.replicas", "two", ("spec.ps.replicas", "integer"), TYPE),
     BadInput("suspend-string", "spec.runPolicy.suspend", "yes", ("spec.runPolicy.suspend", "boolean"), TYPE),
+    BadInput(
+        "network-policy-string",
+        "spec.networkPolicy.enabled",
+        "no",
+        ("spec.networkPolicy.enabled", "boolean"),
+        TYPE,
+    ),
     BadInput("template-string", "spec.chief.template", "pod", ("spec.chief.template", "object"), TYPE),
     BadInput("volume-string", "spec.checkpoint.volume", "pvc", ("spec.checkpoint.volume", "object"), TYPE),
     BadInput(
@@ -420,6 +427,13 @@ CREATE: tuple[BadInput, ...] = (
     ),
     # Unknown fields and duplicates.
     BadInput("unknown-spec-field", "spec.replicas", 3, ('unknown field "spec.replicas"',), STRICT),
+    BadInput(
+        "network-policy-rules",
+        "spec.networkPolicy.ingress",
+        [{"from": [{"podSelector": {}}]}],
+        ('unknown field "spec.networkPolicy.ingress"',),
+        STRICT,
+    ),
     BadInput(
         "failure-policy-typo",
         "spec.failurePolicy.maxRestart",

@@ -357,16 +357,15 @@ CHART = REPO / "charts" / "ps-training-operator"
 CHART_NAMESPACE = "psoperator-system"
 
 
-@pytest.fixture(scope="session")
-def operator_kubeconfig(
-    kubeconfig: Path, k8s: client.ApiClient, crd: str, tmp_path_factory: pytest.TempPathFactory
+def chart_account_kubeconfig(
+    kubeconfig: Path, k8s: client.ApiClient, release: str, path: Path, *values: str
 ) -> Path:
-    """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
-    operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
-    chart lacks (or no longer needs) shows up as a failing test."""
+    """Applies the chart's ServiceAccount and RBAC (of `release`, with helm `--set` values) and
+    writes a kubeconfig with that account's token to `path`."""
+    sets = [arg for value in values for arg in ("--set", value)]
     rendered = subprocess.run(
-        [str(CACHE / "bin" / "helm"), "template", "psoperator", str(CHART), "--namespace", CHART_NAMESPACE,
-         "--kube-version", client.VersionApi(k8s).get_code().git_version,
+        [str(CACHE / "bin" / "helm"), "template", release, str(CHART), "--namespace", CHART_NAMESPACE,
+         "--kube-version", client.VersionApi(k8s).get_code().git_version, *sets,
          "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
@@ -377,7 +376,6 @@ def operator_kubeconfig(
     token = kubectl(kubeconfig, "create", "token", name, "-n", CHART_NAMESPACE, "--duration", "6h").strip()
     admin = yaml.safe_load(kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
     path.write_text(
         yaml.safe_dump(
             {
@@ -391,6 +389,17 @@ def operator_kubeconfig(
         )
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(
+    kubeconfig: Path, k8s: client.ApiClient, crd: str, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
+    operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
+    chart lacks (or no longer needs) shows up as a failing test."""
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    return chart_account_kubeconfig(kubeconfig, k8s, "psoperator", path)
 
 
 @pytest.fixture

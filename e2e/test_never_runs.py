@@ -82,7 +82,8 @@ def test_a_job_that_can_never_run_fails_with_the_cause(
     assert failed is not None and failed["reason"] == case.reason, failed
     assert case.says in failed["message"], failed["message"]
     assert status["lastFailure"]["reason"] == case.pod_reason
-    assert case.reason in _warnings(k8s, namespace)
+    # Events follow the status write that decided them.
+    wait_for(lambda: case.reason in _warnings(k8s, namespace), timeout=10, message=f"a {case.reason} event")
     # Bounded: the parameter servers and workers are scaled down, and nothing comes back.
     apps = client.AppsV1Api(k8s)
 

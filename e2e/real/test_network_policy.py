@@ -65,7 +65,9 @@ def _secrets(kubeconfig: Path, directory: Path) -> dict[str, str]:
     cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "token").write_text(token)
-    (directory / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    inline = cluster.get("certificate-authority-data")  # kwokctl's kubeconfig names a file instead
+    ca = base64.b64decode(inline) if inline else Path(cluster["certificate-authority"]).read_bytes()
+    (directory / "ca.crt").write_bytes(ca)
     (directory / "namespace").write_text(ACCOUNT_NS)
     server = urlparse(cluster["server"])
     return {"KUBERNETES_SERVICE_HOST": str(server.hostname), "KUBERNETES_SERVICE_PORT": str(server.port)}

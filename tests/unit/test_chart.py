@@ -45,15 +45,19 @@ def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm, *args], capture_output=True, text=True, timeout=60, check=False)
 
 
-def render(helm: str, *args: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The chart's objects by (kind, name)."""
+def documents(helm: str, *args: str) -> list[dict[str, Any]]:
+    """The chart's objects, as `helm template` renders them."""
     result = run_helm(
         helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args
     )
     assert result.returncode == 0, result.stderr
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    objects = [o for o in yaml.load_all(result.stdout, Loader=loader) if o]
-    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    return [o for o in yaml.load_all(result.stdout, Loader=loader) if o]
+
+
+def render(helm: str, *args: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The chart's objects by (kind, name)."""
+    return {(o["kind"], o["metadata"]["name"]): o for o in documents(helm, *args)}
 
 
 def chart_yaml() -> dict[str, Any]:
@@ -150,24 +154,50 @@ def _expect(groups: list[str], resources: list[str], verbs: str) -> set[tuple[st
     return {(g, r, v) for g in groups for r in resources for v in verbs.split()}
 
 
+OWNED = "list watch create patch delete"
+# What the operator does in the namespaces of its jobs.
+NAMESPACED = (
+    _expect(["psoperator.io"], ["pstrainingjobs"], "get list watch patch delete")
+    | _expect(["psoperator.io"], ["pstrainingjobs/status"], "patch")
+    | _expect(["psoperator.io"], ["pstrainingjobs/finalizers"], "update")
+    | _expect([""], ["services"], OWNED)
+    | _expect(["apps"], ["statefulsets"], OWNED)
+    | _expect(["batch"], ["jobs"], OWNED)
+    | _expect(["networking.k8s.io"], ["networkpolicies"], "list create patch delete")
+    | _expect([""], ["pods"], "list watch delete")
+    | _expect(["", "events.k8s.io"], ["events"], "create patch")
+)
+CLUSTER_SCOPED = _expect([""], ["nodes"], "list watch") | _expect(
+    ["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch"
+)
+
+
 def test_cluster_role_grants_exactly_what_the_operator_needs(helm: str) -> None:
-    owned = "get list watch create patch delete"
-    expected = (
-        _expect(["psoperator.io"], ["pstrainingjobs"], "get list watch patch delete")
-        | _expect(["psoperator.io"], ["pstrainingjobs/status"], "patch")
-        | _expect(["psoperator.io"], ["pstrainingjobs/finalizers"], "update")
-        | _expect([""], ["services"], owned)
-        | _expect(["apps"], ["statefulsets"], owned)
-        | _expect(["batch"], ["jobs"], owned)
-        | _expect(["networking.k8s.io"], ["networkpolicies"], "list create patch delete")
-        | _expect([""], ["pods"], "get list watch delete")
-        | _expect([""], ["nodes"], "list watch")
-        | _expect(["", "events.k8s.io"], ["events"], "create patch")
-        | _expect([""], ["namespaces"], "list watch")
-        | _expect(["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch")
-    )
+    expected = NAMESPACED | CLUSTER_SCOPED | _expect([""], ["namespaces"], "list watch")
     objects = render(helm)
     assert _grants(one(objects, "ClusterRole")["rules"]) == expected
+
+
+def test_namespace_scoped_mode_grants_roles_in_the_listed_namespaces_only(helm: str) -> None:
+    listed = documents(helm, "--set", "watchNamespaces={team-a,team-b}")
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in listed}
+    assert _grants(one(objects, "ClusterRole")["rules"]) == CLUSTER_SCOPED
+    roles = [o for o in listed if o["kind"] == "Role"]
+    bindings = [o for o in listed if o["kind"] == "RoleBinding"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert all(_grants(r["rules"]) == NAMESPACED for r in roles)
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": roles[0]["metadata"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    [container] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:4] == ["run", "--namespace=team-a", "--namespace=team-b", "--standalone"]
+    assert "--all-namespaces" not in container["args"]
 
 
 def test_binding_ties_the_role_to_the_service_account(helm: str) -> None:

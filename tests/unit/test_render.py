@@ -221,6 +221,15 @@ def test_pods_get_no_api_token_and_scheduling_settings() -> None:
     assert sts["spec"]["serviceName"] == "ctr-worker"
 
 
+def test_a_template_that_asks_for_an_api_token_gets_one() -> None:
+    asks = {"template": {"spec": {"automountServiceAccountToken": True, "containers": [{"name": "t"}]}}}
+    children = _by_kind(render_children(job(chief=asks)))
+    chief = children[("Job", "ctr-chief")]["spec"]["template"]["spec"]
+    assert chief["automountServiceAccountToken"] is True
+    ps = children[("StatefulSet", "ctr-ps")]["spec"]["template"]["spec"]
+    assert ps["automountServiceAccountToken"] is False
+
+
 def test_cluster_domain_is_configurable() -> None:
     sts = _by_kind(render_children(job(), cluster_domain="corp.example"))[("StatefulSet", "ctr-ps")]
     config = _kubelet_tf_config(sts["spec"]["template"]["spec"]["containers"][0], 0)
