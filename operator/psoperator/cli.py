@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     from psoperator.faults import faults_from_environment
     from psoperator.handlers import OperatorState
     from psoperator.kube import Kube, load_config
+    from psoperator.leader import Election
     from psoperator.metrics import Metrics
 
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
@@ -74,7 +75,13 @@ def _run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
+    election = None
+    if args.leader_election:
+        if not args.operator_namespace:
+            return _usage_error("run", "--leader-election needs --operator-namespace (or $POD_NAMESPACE)")
+        election = Election(args.operator_namespace, args.leader_election, args.lease_seconds)
     state = OperatorState(
+        election=election,
         kube=Kube(on_error=metrics.api_error),
         metrics=metrics,
         cluster_domain=args.cluster_domain,
@@ -177,6 +184,21 @@ def build_parser() -> argparse.ArgumentParser:
             "the namespace the operator runs in (default: $POD_NAMESPACE, which the chart sets): "
             "the jobs' NetworkPolicies let only it read the chiefs' progress port"
         ),
+    )
+    run.add_argument(
+        "--leader-election",
+        metavar="LEASE",
+        default="",
+        help=(
+            "run as one of several replicas: only the holder of the coordination.k8s.io Lease LEASE "
+            "in --operator-namespace reconciles jobs (off when empty)"
+        ),
+    )
+    run.add_argument(
+        "--lease-seconds",
+        type=int,
+        default=8,
+        help="how long the Lease lasts unrenewed before another replica takes over",
     )
     run.add_argument(
         "--resync-seconds",

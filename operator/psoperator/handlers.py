@@ -30,7 +30,8 @@ import kopf
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
-from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
+from psoperator.kube import Kube, StaleJob, fetch_progress, in_thread, merge_patch, owned_by
+from psoperator.leader import Election, Elector
 from psoperator.metrics import Metrics
 from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
 from psoperator.policies import node_lost
@@ -65,6 +66,16 @@ class OperatorState:
     nodes: Mapping[str, Any] | None = None
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
+    # With leader election (several replicas), only the Lease's holder runs the jobs' loops; the
+    # others keep the jobs the watch shows, to start their loops when they take over.
+    election: Election | None = None
+    elector: Elector | None = None
+    election_task: asyncio.Task[None] | None = None
+    known: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leading
 
     def remember_departed(self, view: PodView) -> None:
         self.departed[view.uid] = view
@@ -88,14 +99,38 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
-    _state(memo).session = aiohttp.ClientSession()
+    state = _state(memo)
+    state.session = aiohttp.ClientSession()
+    if state.election is not None:
+        state.elector = Elector(
+            state.kube, state.election, lead=lambda: _lead(state), follow=lambda: _follow(state)
+        )
+        state.election_task = asyncio.create_task(state.elector.run(), name="leader-election")
+
+
+async def _lead(state: OperatorState) -> None:
+    """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
+    for key in sorted(state.known):
+        _start_loop(state, key, log)
+
+
+async def _follow(state: OperatorState) -> None:
+    """Another replica holds the Lease: no loop of ours may act any more."""
+    for key in list(state.loops):
+        await _stop_loop(state, key)
 
 
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     state = _state(memo)
+    if state.election_task is not None:
+        state.election_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await state.election_task
     for key in list(state.loops):
         await _stop_loop(state, key)
+    if state.elector is not None:
+        await state.elector.release()
     session = state.session
     if session is not None:
         await session.close()
@@ -139,14 +174,19 @@ async def job_changed(
         return
     key = (namespace, name)
     if type == "DELETED" or body.metadata.get("deletionTimestamp"):
+        state.known.discard(key)
         await _stop_loop(state, key)
         return
+    state.known.add(key)
+    if state.leading:
+        _start_loop(state, key, logger)
+        _wake(memo, namespace, name)
+
+
+def _start_loop(state: OperatorState, key: tuple[str, str], logger: Any) -> None:
     if key not in state.loops:
         state.wakeups[key] = asyncio.Event()
-        state.loops[key] = asyncio.create_task(
-            run_job(state, namespace, name, logger), name=f"{namespace}/{name}"
-        )
-    _wake(memo, namespace, name)
+        state.loops[key] = asyncio.create_task(run_job(state, *key, logger), name="/".join(key))
 
 
 async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
@@ -242,7 +282,8 @@ async def reconcile_once(
 
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
-        await in_thread(state.kube.patch_job_status, namespace, name, patch)
+        version = job["metadata"]["resourceVersion"]
+        await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
     state.metrics.record(namespace, name, read_job(job, plan, now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.faults)
@@ -289,6 +330,9 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
             try:
                 plan = await reconcile_once(state, namespace, name, logger)
                 state.metrics.reconciled("ok", time.monotonic() - started)
+            except StaleJob as stale:  # another writer got there first: read it again at once
+                logger.info("%s; reconciling it again", stale)
+                plan, wait = None, 0.0
             except Exception:  # one bad reconcile must not end the job's loop
                 logger.exception("reconcile failed; retrying")
                 state.metrics.reconciled("error", time.monotonic() - started)

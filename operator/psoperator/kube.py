@@ -63,6 +63,13 @@ def merge_patch(old: Any, new: Any) -> Any:
     return patch
 
 
+_LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+class StaleJob(Exception):
+    """The job changed since it was read: the status computed from it was not written."""
+
+
 @dataclass
 class ApplyResult:
     created: list[str] = field(default_factory=list)
@@ -128,13 +135,20 @@ class Kube:
                 return None
             raise
 
-    def patch_job_status(self, namespace: str, name: str, patch: Obj) -> Obj:
-        return self._call(
-            "PATCH",
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status",
-            {"status": patch},
-            content_type="application/merge-patch+json",
-        )
+    def patch_job_status(self, namespace: str, name: str, patch: Obj, resource_version: str) -> Obj:
+        """Patch the status computed from the job at `resource_version`; StaleJob (409) if it moved
+        since (a write of another replica, a spec change): the caller reads it again."""
+        try:
+            return self._call(
+                "PATCH",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status",
+                {"metadata": {"resourceVersion": resource_version}, "status": patch},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status == 409:
+                raise StaleJob(f"{namespace}/{name} changed since version {resource_version}") from None
+            raise
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         self._delete_at(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}", uid)
@@ -147,6 +161,31 @@ class Kube:
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
+
+    # --- the leader Lease ------------------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._call("GET", f"{_LEASES.format(namespace=namespace)}/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def write_lease(self, lease: Obj) -> bool:
+        """Create the Lease, or replace the version it names; False when another replica got there first."""
+        meta = lease["metadata"]
+        path = _LEASES.format(namespace=meta["namespace"])
+        try:
+            if meta.get("resourceVersion"):
+                self._call("PUT", f"{path}/{meta['name']}", lease)
+            else:
+                self._call("POST", path, lease)
+        except ApiException as error:
+            if error.status in (404, 409):  # created, changed or deleted meanwhile
+                return False
+            raise
+        return True
 
     # --- children --------------------------------------------------------------------------
 
@@ -197,6 +236,8 @@ class Kube:
             replace = (
                 current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest)
             )
+            if current is not None and replace and _newer(self._attempt(current), self._attempt(manifest)):
+                continue  # a replica that read an older status: the newer attempt is not its to replace
             if not create_missing and (current is None or replace):
                 continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
             if current is not None and replace:
@@ -268,6 +309,10 @@ class Kube:
         for d in deletions:
             path = f"/api/v1/namespaces/{namespace}/pods/{d.pod}"
             self._delete_at(path, d.uid, gracePeriodSeconds=d.grace_seconds)
+
+
+def _newer(live: str | None, wanted: str | None) -> bool:
+    return bool(live and wanted and live.isdigit() and wanted.isdigit() and int(live) > int(wanted))
 
 
 def _reason(error: ApiException) -> str:

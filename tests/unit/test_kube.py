@@ -6,10 +6,11 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from psoperator.draft import PodDeletion
-from psoperator.kube import Kube
+from psoperator.kube import Kube, StaleJob
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_ATTEMPT
 from tests.unit.builders import NS, job
@@ -171,3 +172,35 @@ def test_network_policies_switched_off_are_deleted_and_what_is_not_ours_is_left(
     policies = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
     assert kube.calls == [("DELETE", f"{policies}/ctr-peers"), ("DELETE", f"{policies}/ctr-chief-progress")]
     assert result.created == result.patched == []
+
+
+def test_a_chief_job_of_a_newer_attempt_than_the_status_read_is_never_deleted() -> None:
+    """A replica that read an older status (split brain) must not undo the other's restart."""
+    live = _live(render_children(job(), attempt=3))
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", render_children(job(), attempt=2), live)
+    assert result.deleted == [] and result.created == []
+    assert all(method != "DELETE" for method, _ in kube.calls)
+
+
+def test_the_status_is_written_with_the_version_it_was_computed_from() -> None:
+    kube = RecordingKube()
+    kube.patch_job_status(NS, "ctr", {"phase": "Running"}, "42")
+    [(method, path)] = kube.calls
+    assert (method, path) == (
+        "PATCH",
+        f"/apis/psoperator.io/v1alpha1/namespaces/{NS}/pstrainingjobs/ctr/status",
+    )
+    assert kube.bodies == [
+        (
+            "application/merge-patch+json",
+            {"metadata": {"resourceVersion": "42"}, "status": {"phase": "Running"}},
+        )
+    ]
+
+
+def test_a_status_write_refused_as_stale_says_so() -> None:
+    kube = RecordingKube()
+    kube.wire.status = 409
+    with pytest.raises(StaleJob):
+        kube.patch_job_status(NS, "ctr", {"phase": "Running"}, "42")
