@@ -39,6 +39,16 @@ def _pid(holder: str | None) -> int | None:
     return int(holder.split("_")[-2]) if holder else None
 
 
+def _leader_and_standby(
+    k8s: client.ApiClient, both: list[OperatorProcess], lease: str
+) -> tuple[OperatorProcess, OperatorProcess]:
+    """Which replica holds the Lease, once one does, and which waits."""
+    leader_pid = wait_for(lambda: _pid(_holder(k8s, lease)), timeout=30, message="a leader")
+    [leader] = [r for r in both if r.pid == leader_pid]
+    [standby] = [r for r in both if r is not leader]
+    return leader, standby
+
+
 @pytest.fixture
 def replicas(
     k8s: client.ApiClient, namespace: str, operator_kubeconfig: Path, tmp_path: Path
@@ -65,10 +75,8 @@ def replicas(
 def test_the_other_replica_takes_over_a_ps_failure_when_the_leader_is_killed(
     k8s: client.ApiClient, namespace: str, replicas: tuple[list[OperatorProcess], str]
 ) -> None:
-    both, lease = replicas
-    leader_pid = wait_for(lambda: _pid(_holder(k8s, lease)), timeout=30, message="a leader")
-    [leader] = [r for r in both if r.pid == leader_pid]
-    [standby] = [r for r in both if r is not leader]
+    leader, standby = _leader_and_standby(k8s, *replicas)
+    lease = replicas[1]
 
     psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
@@ -105,10 +113,8 @@ def test_a_stopped_leader_hands_over_at_once(
     k8s: client.ApiClient, namespace: str, replicas: tuple[list[OperatorProcess], str]
 ) -> None:
     """A clean stop (a rolling update, a drain) frees the Lease: no wait for it to expire."""
-    both, lease = replicas
-    leader_pid = wait_for(lambda: _pid(_holder(k8s, lease)), timeout=30, message="a leader")
-    [leader] = [r for r in both if r.pid == leader_pid]
-    [standby] = [r for r in both if r is not leader]
+    leader, standby = _leader_and_standby(k8s, *replicas)
+    lease = replicas[1]
     leader.stop()
     started = time.monotonic()
     wait_for(
