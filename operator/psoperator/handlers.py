@@ -101,6 +101,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.watching.server_timeout = 300
     state = _state(memo)
     state.session = aiohttp.ClientSession()
+    state.metrics.leader.set(1 if state.election is None else 0)
     if state.election is not None:
         state.elector = Elector(
             state.kube, state.election, lead=lambda: _lead(state), follow=lambda: _follow(state)
@@ -110,12 +111,14 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 
 async def _lead(state: OperatorState) -> None:
     """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
+    state.metrics.leader.set(1)
     for key in sorted(state.known):
         _start_loop(state, key, log)
 
 
 async def _follow(state: OperatorState) -> None:
     """Another replica holds the Lease: no loop of ours may act any more."""
+    state.metrics.leader.set(0)
     for key in list(state.loops):
         await _stop_loop(state, key)
 
@@ -196,6 +199,17 @@ async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loop
+        # A loop cancelled before it ever ran did not clean up after itself.
+        _drop_loop(state, key, loop)
+
+
+def _drop_loop(state: OperatorState, key: tuple[str, str], loop: asyncio.Task[None] | None) -> None:
+    """The job's loop is over: it is forgotten (unless a newer one took its place), and its series."""
+    if state.loops.get(key) is loop:
+        state.loops.pop(key)
+        state.wakeups.pop(key, None)
+    state.metrics.forget(*key)  # a deleted job leaves no series behind
+    state.metrics.jobs_managed.set(len(state.loops))
 
 
 @kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
@@ -347,8 +361,4 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
             # Let a burst of child events settle into one reconcile.
             await asyncio.sleep(0.2)
     finally:
-        if state.loops.get(key) is asyncio.current_task():
-            state.loops.pop(key)
-            state.wakeups.pop(key, None)
-        state.metrics.forget(namespace, name)  # a deleted job leaves no series behind
-        state.metrics.jobs_managed.set(len(state.loops))
+        _drop_loop(state, key, asyncio.current_task())

@@ -101,3 +101,26 @@ def test_a_loop_ends_by_itself_when_the_job_is_gone(monkeypatch: pytest.MonkeyPa
         assert state.loops == {} and state.wakeups == {}
 
     asyncio.run(scenario())
+
+
+def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking the Lease starts the known jobs' loops and says so in psoperator_leader; losing it
+    stops them and says so too."""
+
+    async def idle(*_: Any) -> ReconcilePlan:
+        await asyncio.sleep(3600)
+        return ReconcilePlan(status={}, render=None)
+
+    monkeypatch.setattr(handlers, "reconcile_once", idle)
+    state = handlers.OperatorState(RecordingKube(), Metrics(), known={("ns", "ctr")})
+
+    def leader() -> float | None:
+        return state.metrics.registry.get_sample_value("psoperator_leader")
+
+    async def scenario() -> None:
+        await handlers._lead(state)
+        assert leader() == 1 and ("ns", "ctr") in state.loops
+        await handlers._follow(state)
+        assert leader() == 0 and not state.loops
+
+    asyncio.run(scenario())
