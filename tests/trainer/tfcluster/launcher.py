@@ -113,7 +113,10 @@ class LocalCluster:
     def _pods(self, job: Manifest, options: RenderOptions) -> dict[str, Pod]:
         pods: dict[str, Pod] = {}
         for child in render_children(job, options):
-            kind, role = child["kind"], child["metadata"]["labels"]["psoperator.io/role"]
+            kind = child["kind"]
+            if kind not in ("StatefulSet", "Job"):  # Services, NetworkPolicies: no pods
+                continue
+            role = child["metadata"]["labels"]["psoperator.io/role"]
             if kind == "StatefulSet":
                 for ordinal in range(child["spec"]["replicas"]):
                     facts, template = statefulset_pod(child, ordinal)
