@@ -76,17 +76,7 @@ def fail_container(
     restartPolicy does not restart it; the default reason is Error (Completed for 0). A pod that
     is not Running yet fails as soon as it runs. Returns the terminated pod as JSON.
     """
-    annotations = {ANNOTATION_EXIT_CODE: str(int(exit_code))}
-    if reason is not None:
-        annotations[ANNOTATION_REASON] = reason
-    if message is not None:
-        annotations[ANNOTATION_MESSAGE] = message
-    patched = as_json(
-        api,
-        client.CoreV1Api(api).patch_namespaced_pod(
-            name, namespace, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH
-        ),
-    )
+    patched = annotate_exit(api, namespace, name, exit_code, reason=reason, message=message)
     terminal = "Succeeded" if exit_code == 0 else "Failed"
     return _await_pod_version(
         api,
@@ -95,6 +85,34 @@ def fail_container(
         timeout,
         f"{terminal} after exit code {exit_code}",
     )
+
+
+def annotate_exit(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    exit_code: int,
+    reason: str | None = None,
+    message: str | None = None,
+    uid: str | None = None,
+) -> Json:
+    """Asks the simulated kubelet to terminate the pod's containers (see `fail_container`) and
+    returns the annotated pod at once, without waiting for the termination.
+
+    With `uid`, only that pod: the API server refuses the patch (422, metadata.uid is immutable)
+    once the name belongs to a replacement, so a retried injection never fails a second pod.
+    """
+    metadata: Json = {"annotations": {ANNOTATION_EXIT_CODE: str(int(exit_code))}}
+    if reason is not None:
+        metadata["annotations"][ANNOTATION_REASON] = reason
+    if message is not None:
+        metadata["annotations"][ANNOTATION_MESSAGE] = message
+    if uid is not None:
+        metadata["uid"] = uid
+    patched = client.CoreV1Api(api).patch_namespaced_pod(
+        name, namespace, {"metadata": metadata}, _content_type=MERGE_PATCH
+    )
+    return as_json(api, patched)
 
 
 def _await_pod_version(

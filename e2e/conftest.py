@@ -413,6 +413,12 @@ def operator(
     handle.stop()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--chaos-jobs", type=int, default=24, help="jobs of e2e/test_chaos_run.py (the long run: 100)"
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "kubeconfig" in getattr(item, "fixturenames", ()):
