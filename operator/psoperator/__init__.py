@@ -4,3 +4,5 @@ GROUP = "psoperator.io"
 VERSION = "v1alpha1"
 KIND = "PSTrainingJob"
 PLURAL = "pstrainingjobs"
+# Seconds the operator waits for an answer to an API request before it gives up and retries.
+API_TIMEOUT_SECONDS = 30.0

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from psoperator import sizing_cli
+from psoperator import API_TIMEOUT_SECONDS, sizing_cli
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 
 
@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         election = Election(args.operator_namespace, args.leader_election, args.lease_seconds)
     state = OperatorState(
         election=election,
-        kube=Kube(on_error=metrics.api_error),
+        kube=Kube(on_error=metrics.api_error, timeout=args.api_timeout_seconds),
         metrics=metrics,
         cluster_domain=args.cluster_domain,
         operator_namespace=args.operator_namespace or None,
@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="reconcile every job at least this often (progress polling)",
+    )
+    run.add_argument(
+        "--api-timeout-seconds",
+        type=float,
+        default=API_TIMEOUT_SECONDS,
+        help="give up on an API request that has no answer after this long, and retry",
     )
     run.add_argument(
         "--progress-port",

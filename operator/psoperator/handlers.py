@@ -30,7 +30,7 @@ import kopf
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
-from psoperator.kube import Kube, StaleJob, fetch_progress, in_thread, merge_patch, owned_by
+from psoperator.kube import Kube, StaleJob, api_failure, fetch_progress, in_thread, merge_patch, owned_by
 from psoperator.leader import Election, Elector
 from psoperator.metrics import Metrics
 from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
@@ -45,6 +45,8 @@ Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 DEPARTED_LIMIT = 4096
 UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
+# After a failed reconcile: the first retry soon, then less and less often.
+RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 
 
 @dataclass
@@ -99,6 +101,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    settings.networking.request_timeout = _state(memo).kube.timeout
     state = _state(memo)
     state.session = aiohttp.ClientSession()
     state.metrics.leader.set(1 if state.election is None else 0)
@@ -331,11 +334,30 @@ async def reconcile_once(
     return plan
 
 
+def retry_after(failures: int) -> float:
+    """Seconds before the next reconcile after `failures` failed ones in a row (exponential back-off)."""
+    return float(min(RETRY_FIRST * 2 ** (failures - 1), RETRY_MAX))
+
+
+def log_failure(logger: Any, error: Exception, failures: int) -> None:
+    """Only the first failure of a series is logged: a failed API request in one line, anything else
+    with its traceback; the rest of the series at debug level, so an API outage is no log storm."""
+    if failures > 1:
+        logger.debug("reconcile failed again (%d in a row): %s", failures, api_failure(error) or error)
+        return
+    summary = api_failure(error)
+    if summary is None:
+        logger.exception("reconcile failed; retrying with back-off")
+    else:
+        logger.warning("reconcile failed: %s; retrying with back-off", summary)
+
+
 async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) -> None:
     """Reconcile the job until it is gone or its loop is cancelled (deleted job, operator stopping)."""
     key = (namespace, name)
     wake = state.wakeups.setdefault(key, asyncio.Event())
     state.metrics.jobs_managed.set(len(state.loops))
+    failures = 0
     try:
         while True:
             wake.clear()
@@ -347,11 +369,15 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
             except StaleJob as stale:  # another writer got there first: read it again at once
                 logger.info("%s; reconciling it again", stale)
                 plan, wait = None, 0.0
-            except Exception:  # one bad reconcile must not end the job's loop
-                logger.exception("reconcile failed; retrying")
+            except Exception as error:  # one bad reconcile must not end the job's loop
+                failures += 1
+                log_failure(logger, error, failures)
                 state.metrics.reconciled("error", time.monotonic() - started)
-                plan, wait = None, 2.0
+                plan, wait = None, retry_after(failures)
             else:
+                if failures:
+                    logger.info("reconcile succeeded again after %d failures", failures)
+                failures = 0
                 if plan is None:  # gone or being deleted, even if its watch event is still to come
                     return
             if plan is not None and plan.requeue_after is not None:

@@ -19,7 +19,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from psoperator import GROUP, PLURAL, VERSION
+from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
 from psoperator.contract import PROGRESS_PATH, ProgressReport
 from psoperator.draft import PodDeletion
 from psoperator.render import changeable
@@ -79,15 +79,32 @@ class ApplyResult:
     rejected: list[str] = field(default_factory=list)
 
 
+def api_failure(error: BaseException) -> str | None:
+    """One line for a request the API server failed (an error status, no answer in time, no
+    connection); None for any other error."""
+    if isinstance(error, ApiException):
+        return f"the API server answered {error.status} {error.reason}"
+    if isinstance(error, urllib3.exceptions.HTTPError):
+        return f"no answer from the API server ({type(error).__name__})"
+    return None
+
+
+# Seconds to connect: the whole timeout (a server that stops answering must not hold a job's
+# reconcile loop forever) is the operator's --api-timeout-seconds.
+CONNECT_TIMEOUT = 5.0
+
+
 class Kube:
     def __init__(
         self,
         api_client: client.ApiClient | None = None,
         on_error: Callable[[str, str], None] | None = None,
+        timeout: float = API_TIMEOUT_SECONDS,
     ) -> None:
         self.api = api_client or client.ApiClient()
         # Told of every request that fails: its HTTP method and status code ("none": no response).
         self.on_error = on_error or (lambda _method, _code: None)
+        self.timeout = timeout
 
     def _call(
         self,
@@ -107,7 +124,9 @@ class Kube:
             auth_settings=["BearerToken"],
         )
         try:
-            response = self.api.call_api(*request)
+            response = self.api.call_api(
+                *request, _request_timeout=(min(CONNECT_TIMEOUT, self.timeout), self.timeout)
+            )
         except urllib3.exceptions.HTTPError:
             self.on_error(method, "none")
             raise

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, handlers
 from psoperator.metrics import Metrics
@@ -124,3 +125,54 @@ def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> 
         assert leader() == 0 and not state.loops
 
     asyncio.run(scenario())
+
+
+def test_back_off_doubles_up_to_its_limit() -> None:
+    assert [handlers.retry_after(n) for n in (1, 2, 3, 6, 7, 50)] == [1.0, 2.0, 4.0, 30.0, 30.0, 30.0]
+
+
+def test_a_series_of_failed_reconciles_is_logged_once_and_its_end_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An API outage is no log storm: one line when it starts, one when the job reconciles again."""
+    outcomes: list[Exception | None] = [ApiException(status=503, reason="Service Unavailable")] * 3 + [None]
+    waits: list[float] = []
+
+    async def flaky(*_: Any) -> ReconcilePlan | None:
+        outcome = outcomes.pop(0) if outcomes else None
+        if outcome is not None:
+            raise outcome
+        return None if not outcomes else ReconcilePlan(status={}, render=None)
+
+    real_wait_for = asyncio.wait_for
+
+    async def recorded_wait_for(awaitable: Any, timeout: float) -> Any:
+        waits.append(timeout)
+        return await real_wait_for(awaitable, timeout=0)
+
+    monkeypatch.setattr(handlers, "reconcile_once", flaky)
+    monkeypatch.setattr(asyncio, "wait_for", recorded_wait_for)
+    state = handlers.OperatorState(RecordingKube(), Metrics())
+    logger = logging.getLogger("test.flaky")
+    with caplog.at_level(logging.DEBUG, logger="test.flaky"):
+        asyncio.run(handlers.run_job(state, "ns", "ctr", logger))
+    assert waits == [1.0, 2.0, 4.0]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "WARNING",
+            "reconcile failed: the API server answered 503 Service Unavailable; retrying with back-off",
+        ),
+        ("DEBUG", "reconcile failed again (2 in a row): the API server answered 503 Service Unavailable"),
+        ("DEBUG", "reconcile failed again (3 in a row): the API server answered 503 Service Unavailable"),
+        ("INFO", "reconcile succeeded again after 3 failures"),
+    ]
+
+
+def test_an_unexpected_error_is_logged_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("test.bug")
+    with caplog.at_level(logging.DEBUG, logger="test.bug"):
+        try:
+            raise KeyError("status")
+        except KeyError as error:
+            handlers.log_failure(logger, error, 1)
+    assert caplog.records[0].levelname == "ERROR" and caplog.records[0].exc_info is not None

@@ -7,10 +7,12 @@ import json
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from psoperator.draft import PodDeletion
-from psoperator.kube import Kube, StaleJob
+from psoperator.kube import Kube, StaleJob, api_failure
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_ATTEMPT
 from tests.unit.builders import NS, job
@@ -24,11 +26,15 @@ class _Wire:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str, Any]] = []
+        self.timeouts: list[Any] = []
         self.status = 200  # of every response
 
-    def request(self, method: str, url: str, body: Any = None, headers: Any = None, **_: Any) -> Any:
+    def request(
+        self, method: str, url: str, body: Any = None, headers: Any = None, timeout: Any = None, **_: Any
+    ) -> Any:
         content_type = (headers or {}).get("Content-Type", "")
         self.sent.append((method, url, content_type, body))
+        self.timeouts.append(timeout)
         return _Ok(self.status)
 
 
@@ -48,11 +54,11 @@ class _Ok:
 class RecordingKube(Kube):
     """The real client with nothing behind it: every request is recorded; GETs list nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, **options: Any) -> None:
         api = client.ApiClient(client.Configuration(host="https://api.test"))
         self.wire = _Wire()
         api.rest_client.pool_manager = self.wire  # type: ignore[assignment]
-        super().__init__(api_client=api)
+        super().__init__(api_client=api, **options)
 
     @property
     def calls(self) -> list[tuple[str, str]]:
@@ -204,3 +210,28 @@ def test_a_status_write_refused_as_stale_says_so() -> None:
     kube.wire.status = 409
     with pytest.raises(StaleJob):
         kube.patch_job_status(NS, "ctr", {"phase": "Running"}, "42")
+
+
+def test_every_request_gives_up_after_the_timeout() -> None:
+    kube = RecordingKube(timeout=7.0)
+    kube.get_job(NS, "ctr")
+    kube.list_pods(NS, "ctr")
+    assert [(t.connect_timeout, t.read_timeout) for t in kube.wire.timeouts] == [(5.0, 7.0), (5.0, 7.0)]
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (
+            ApiException(status=503, reason="Service Unavailable"),
+            "the API server answered 503 Service Unavailable",
+        ),
+        (
+            urllib3.exceptions.ReadTimeoutError(None, "/", "timed out"),  # type: ignore[arg-type]
+            "no answer from the API server (ReadTimeoutError)",
+        ),
+        (KeyError("status"), None),
+    ],
+)
+def test_a_failed_request_is_told_in_one_line_and_nothing_else_is(error: Exception, line: str | None) -> None:
+    assert api_failure(error) == line
