@@ -81,6 +81,7 @@ class FaultProxy:
         asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        self._loop.close()
 
     async def _serve(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
@@ -97,6 +98,12 @@ class FaultProxy:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        # Requests still held (an injected timeout, a watch being relayed) end here, not when
+        # the garbage collector finds them after the loop is gone.
+        held = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
 
     def _fault(self, method: str) -> str | None:
         if self.random.random() >= self.fraction:
