@@ -193,10 +193,14 @@ def _finish(api: client.ApiClient, ns: str, name: str, kind: Kind) -> None:
     _status_until(api, ns, name, lambda s: s.get("phase") == phase, str(phase))
 
 
+# Workers without GPUs: the simulated cluster has 8, and a run keeps many jobs going at once.
+CPU_WORKERS = {"template": {"spec": {"containers": [{"name": "trainer"}]}}}
+
+
 def _create(api: client.ApiClient, ns: str, name: str) -> None:
     def create() -> None:
         try:
-            psjobs.create(api, ns, psjobs.manifest(name))
+            psjobs.create(api, ns, psjobs.manifest(name, worker=CPU_WORKERS))
         except ApiException as error:
             if error.status != 409:  # exists: an earlier try landed
                 raise

@@ -86,15 +86,35 @@ def test_chaos_run(
     operator = OperatorProcess(
         operator_kubeconfig, namespace, tmp_path / "operator.log", ["--progress-port", str(free_port())]
     )
-    operator.start()
     plan = chaos_run.scenarios(chaos_jobs)
     creating = len(plan) * CREATE_EVERY
     disruptor = Disruptor(
         operator, ControlPlane(kubeconfig, k8s), apiserver_at=[creating * 0.3, creating * 0.7]
     )
     sampler = chaos_run.Sampler(k8s, namespace, lambda: (operator.starts, operator.pid))
+    operator.start()
+    try:
+        started = time.monotonic()
+        outcomes = _drive_all(k8s, namespace, plan, disruptor, sampler)
+        elapsed = time.monotonic() - started
+        if not operator.running:
+            operator.start()
+        if any(o.error for o in outcomes):
+            print(operator.log_text()[-20000:])
+        _check(k8s, namespace, outcomes, disruptor, sampler, elapsed)
+    finally:
+        operator.stop()
+
+
+def _drive_all(
+    k8s: client.ApiClient,
+    namespace: str,
+    plan: list[tuple[str, chaos_run.Kind]],
+    disruptor: Disruptor,
+    sampler: chaos_run.Sampler,
+) -> list[chaos_run.Outcome]:
+    """Starts a scenario every CREATE_EVERY seconds while the disruptor and the sampler run."""
     threads = [threading.Thread(target=t.run, daemon=True) for t in (disruptor, sampler)]
-    started = time.monotonic()
     for thread in threads:
         thread.start()
     try:
@@ -103,22 +123,13 @@ def test_chaos_run(
             for name, kind in plan:
                 futures.append(pool.submit(chaos_run.drive, k8s, namespace, name, kind))
                 time.sleep(CREATE_EVERY)
-            outcomes = [f.result() for f in futures]
-        elapsed = time.monotonic() - started
+            return [f.result() for f in futures]
     finally:
         disruptor.stop()
         sampler.stop()
         for thread in threads:
             thread.join(timeout=120)
         disruptor.revived += disruptor.control_plane.revive()
-        if not operator.running:
-            operator.start()
-    try:
-        _check(k8s, namespace, outcomes, disruptor, sampler, elapsed)
-    finally:
-        operator.stop()
-        if any(o.error for o in outcomes):
-            print(operator.log_text()[-20000:])
 
 
 def _check(
@@ -155,6 +166,8 @@ def _check(
     assert [f"{o.name} ({o.kind}): {o.error}" for o in outcomes if o.error] == []
     assert [o.name for o in outcomes if o.seconds > JOB_DEADLINE] == [], "jobs past their deadline"
     assert chaos_run.wrong_endings(k8s, namespace, outcomes) == []
+    # The samples are taken through the API restarts: most of them must have been.
+    assert sampler.samples >= elapsed / 5, "too few samples for the two-chief check"
     assert sampler.two_chiefs == [], "two chief pods running at once"
     assert sampler.duplicate_chief_jobs() == []
     wait_for(
