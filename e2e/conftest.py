@@ -357,13 +357,9 @@ CHART = REPO / "charts" / "ps-training-operator"
 CHART_NAMESPACE = "psoperator-system"
 
 
-@pytest.fixture(scope="session")
-def operator_kubeconfig(
-    kubeconfig: Path, k8s: client.ApiClient, crd: str, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
-    operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
-    chart lacks (or no longer needs) shows up as a failing test."""
+def chart_account_kubeconfig(kubeconfig: Path, k8s: client.ApiClient, path: Path) -> Path:
+    """Apply the chart's ServiceAccount and ClusterRole; write to `path` a kubeconfig with that
+    account's token, and return it."""
     rendered = subprocess.run(
         [str(CACHE / "bin" / "helm"), "template", "psoperator", str(CHART), "--namespace", CHART_NAMESPACE,
          "--kube-version", client.VersionApi(k8s).get_code().git_version,
@@ -377,7 +373,6 @@ def operator_kubeconfig(
     token = kubectl(kubeconfig, "create", "token", name, "-n", CHART_NAMESPACE, "--duration", "6h").strip()
     admin = yaml.safe_load(kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
     path.write_text(
         yaml.safe_dump(
             {
@@ -391,6 +386,16 @@ def operator_kubeconfig(
         )
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(
+    kubeconfig: Path, k8s: client.ApiClient, crd: str, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
+    operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
+    chart lacks (or no longer needs) shows up as a failing test."""
+    return chart_account_kubeconfig(kubeconfig, k8s, tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
 @pytest.fixture
