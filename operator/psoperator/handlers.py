@@ -1,9 +1,11 @@
 """The kopf layer: thin, level-based, and readable top to bottom.
 
 One loop per PSTrainingJob runs reconciles: on start (including after an operator restart), when
-the job or any of its children changes, and on a timer for progress, deadlines and TTLs. Each
-reconcile reads the job and its children fresh from the API, lets `plan_reconcile` decide, writes
-the status once, then applies the children and emits the events.
+the job's spec or any of its children changes (not when its status does: the operator writes it),
+and on a timer for progress, deadlines and TTLs (finished and suspended jobs rarely, every timer
+jittered). Each reconcile decides from what the watches delivered (cache.py); one that is about to
+act reads the job and its children fresh from the API and decides again. `plan_reconcile` decides,
+then the status is written once, the children applied and the events emitted.
 
 The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
 daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
@@ -17,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -28,9 +32,10 @@ import aiohttp
 import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
+from psoperator.cache import JobKey, Snapshot, WatchCache
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
-from psoperator.kube import Kube, fetch_progress, in_thread, merge_patch, owned_by
+from psoperator.kube import ChildChange, Kube, fetch_progress, in_thread, merge_patch, owned_by, plan_children
 from psoperator.metrics import Metrics
 from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
 from psoperator.policies import node_lost
@@ -39,11 +44,18 @@ from psoperator.readings import read_job
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_JOB
+from psoperator.vocabulary import FINISHED_PHASES, Phase
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 DEPARTED_LIMIT = 4096
 UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
+# The children's watches (kopf resource selectors), each filtered by the API server to the objects
+# that carry the job label (settings.watching.label_selectors): other pods never reach the operator.
+PODS = ("v1", "pods")
+CHILDREN = (("v1", "services"), ("apps", "v1", "statefulsets"), ("batch", "v1", "jobs"))
+# Timers are spread by this fraction either way, so jobs started together do not stay aligned.
+JITTER = 0.1
 
 
 @dataclass
@@ -54,11 +66,16 @@ class OperatorState:
     metrics: Metrics
     cluster_domain: str = "cluster.local"
     resync_seconds: float = 10.0
+    # Finished and suspended jobs: only their TTL and a resume need them, and both wake them.
+    idle_resync_seconds: float = 300.0
+    # The longest a job goes without a fresh read of its children (see cache.py).
+    fresh_read_seconds: float = 600.0
     progress_port: int = DEFAULT_PROGRESS_PORT
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     loops: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
+    cache: WatchCache = field(default_factory=WatchCache)
     # Node name -> its Ready condition, from kopf's node index (a watch, no reads per reconcile);
     # None until kopf hands the index over: an empty index would make every node look deleted.
     nodes: Mapping[str, Any] | None = None
@@ -87,6 +104,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    for resource in (PODS, *CHILDREN):
+        settings.watching.label_selectors[resource] = LABEL_JOB
     _state(memo).session = aiohttp.ClientSession()
 
 
@@ -105,11 +124,12 @@ def probe_jobs(memo: Any, **_: Any) -> int:
     return len(_state(memo).wakeups)
 
 
-def _wake(memo: Any, namespace: str | None, job_name: str | None) -> None:
-    if namespace and job_name:
-        event = _state(memo).wakeups.get((namespace, job_name))
-        if event is not None:
-            event.set()
+def _wake(state: OperatorState, key: JobKey | None) -> None:
+    """Wake the job's loop. Only from the event loop's thread: asyncio.Event is not thread-safe, so
+    every handler that wakes is async (kopf runs sync handlers in executor threads)."""
+    event = state.wakeups.get(key) if key is not None else None
+    if event is not None:
+        event.set()
 
 
 @kopf.index("nodes", id="node_health")
@@ -139,13 +159,16 @@ async def job_changed(
     key = (namespace, name)
     if type == "DELETED" or body.metadata.get("deletionTimestamp"):
         await _stop_loop(state, key)
+        state.cache.forget(key)
         return
+    changed = state.cache.job_seen(namespace, name, dict(body))
     if key not in state.loops:
         state.wakeups[key] = asyncio.Event()
         state.loops[key] = asyncio.create_task(
             run_job(state, namespace, name, logger), name=f"{namespace}/{name}"
         )
-    _wake(memo, namespace, name)
+    elif changed:
+        _wake(state, key)
 
 
 async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
@@ -157,28 +180,22 @@ async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
             await loop
 
 
-@kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
-def pod_changed(
-    type: str,
-    body: kopf.Body,
-    namespace: str | None,
-    labels: Mapping[str, str],
-    memo: Any,
-    logger: Any,
-    **_: Any,
-) -> None:
+@kopf.on.event(*PODS, labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
+async def pod_changed(type: str, body: kopf.Body, memo: Any, logger: Any, **_: Any) -> None:
+    state = _state(memo)
     view = parse_pod(dict(body))
     if type == "DELETED" or view.deleting or view.phase in ("Failed", "Succeeded"):
-        _state(memo).remember_departed(view)
+        state.remember_departed(view)
         logger.debug("pod %s (%s) ended: %s %s", view.name, view.uid, view.phase, view.disruption)
-    _wake(memo, namespace, labels.get(LABEL_JOB))
+    _wake(state, state.cache.pod_seen(type, dict(body)))
 
 
-@kopf.on.event("apps", "v1", "statefulsets", labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
-@kopf.on.event("batch", "v1", "jobs", labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
-@kopf.on.event("services", labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
-def child_changed(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
-    _wake(memo, namespace, labels.get(LABEL_JOB))
+@kopf.on.event(*CHILDREN[0], labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
+@kopf.on.event(*CHILDREN[1], labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
+@kopf.on.event(*CHILDREN[2], labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
+async def child_changed(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    state = _state(memo)
+    _wake(state, state.cache.child_seen(type, dict(body)))
 
 
 async def _progress(state: OperatorState, observed: Observed, attempt: int) -> ProgressReport | None:
@@ -201,57 +218,129 @@ def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
     return replace(observed, nodes={n: next(iter(index[n]), None) if n in index else None for n in names})
 
 
-async def reconcile_once(
-    state: OperatorState, namespace: str, name: str, logger: Any
-) -> ReconcilePlan | None:
-    job = await in_thread(state.kube.get_job, namespace, name)
-    if job is None or job["metadata"].get("deletionTimestamp"):
+@dataclass(frozen=True)
+class Decision:
+    plan: ReconcilePlan
+    report: ProgressReport | None
+    desired: list[Obj]  # the rendered children; none when none are wanted
+    changes: list[ChildChange]
+    conflicts: list[str]
+    now: datetime
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
+        plan = self.plan
+        acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
+        return not (acts or self.changes or self.conflicts)
+
+
+async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
+    """The job, its children and its pods from the API (and into the cache); None once it is gone."""
+    started = time.monotonic()
+    job = await in_thread(state.kube.get_job, *key)
+    if job is None:
         return None
     children, pods = await asyncio.gather(
-        in_thread(state.kube.list_children, namespace, name), in_thread(state.kube.list_pods, namespace, name)
+        in_thread(state.kube.list_children, *key), in_thread(state.kube.list_pods, *key)
     )
-    uid = job["metadata"]["uid"]
-    ours = [c for c in children if owned_by(c, uid)]
+    state.cache.read_fresh(key, job, children, pods, started)
+    return Snapshot(job, children, pods)
+
+
+async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed:
+    job = seen.job
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+    owners = {c["metadata"]["uid"] for c in seen.children if owned_by(c, uid)}
+    ours = [c for c in seen.children if owned_by(c, uid)]
     tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
-    owners = {c["metadata"]["uid"] for c in ours}
 
     def observe(listed: list[Obj]) -> Observed:
         return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
 
-    observed = observe(pods)
+    observed, key = observe(seen.pods), (job["metadata"]["namespace"], name)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
     # Wait for it a little, so the failure is classified by what happened instead of "Replaced".
     for _ in range(UNEXPLAINED_RETRIES):
         if not unexplained(tracking, observed.pods, observed.departed):
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
-        observed = observe(await in_thread(state.kube.list_pods, namespace, name))
-    observed = _with_nodes(state, observed)
+        cached = state.cache.snapshot(key)
+        pods = await in_thread(state.kube.list_pods, *key) if fresh or cached is None else cached.pods
+        observed = observe(pods)
+    return _with_nodes(state, observed)
+
+
+async def _decide(
+    state: OperatorState, seen: Snapshot, fresh: bool, report: ProgressReport | None = None
+) -> Decision:
+    job = seen.job
+    observed = await _observe(state, seen, fresh)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
-    report = await _progress(state, observed, attempt)
+    report = report or await _progress(state, observed, attempt)
     now = datetime.now(UTC)
     plan = plan_reconcile(job, observed, report, now, cluster_domain=state.cluster_domain)
+    if plan.render is None:
+        return Decision(plan, report, [], [], [], now)
+    desired = render_children(job, plan.render)
+    changes, result = plan_children(
+        job["metadata"]["uid"],
+        desired,
+        seen.children,
+        create_missing=plan.create_missing,
+        hold_chief=plan.hold_chief,
+    )
+    return Decision(plan, report, desired, changes, result.conflicts, now)
 
+
+async def reconcile_once(
+    state: OperatorState, namespace: str, name: str, logger: Any
+) -> ReconcilePlan | None:
+    """Decide from the cache; read fresh and decide again before acting, or when the job's last
+    fresh read is older than `fresh_read_seconds` (or it has none: a new loop)."""
+    started = time.monotonic()
+    key = (namespace, name)
+    seen = state.cache.snapshot(key)
+    fresh = seen is None or started - state.cache.read_at.get(key, -math.inf) >= state.fresh_read_seconds
+    if fresh:
+        seen = await _read_fresh(state, key)
+    if seen is None or seen.job["metadata"].get("deletionTimestamp"):
+        return None
+    decision = await _decide(state, seen, fresh)
+    if not fresh and not decision.quiet:
+        seen = await _read_fresh(state, key)
+        if seen is None or seen.job["metadata"].get("deletionTimestamp"):
+            return None
+        decision = await _decide(state, seen, True, decision.report)
+    await _act(state, seen, decision, logger)
+    return decision.plan
+
+
+async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger: Any) -> None:
+    """Write the status once, then carry out the plan, then emit its events."""
+    job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
+    plan = decision.plan
+    namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
-        await in_thread(state.kube.patch_job_status, namespace, name, patch)
-    state.metrics.record(namespace, name, read_job(job, plan, now))
+        written = await in_thread(state.kube.patch_job_status, namespace, name, patch)
+        state.cache.job_seen(namespace, name, written)
+    state.metrics.record(namespace, name, read_job(job, plan, decision.now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.faults)
     if plan.delete_job:
         kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
         await in_thread(state.kube.delete_job, namespace, name, uid)
-        return plan
+        return
     if plan.delete_pods:
         await in_thread(state.kube.delete_pods, namespace, plan.delete_pods)
     if plan.render is not None:
-        desired = render_children(job, plan.render)
         result = await in_thread(
             state.kube.apply_children,
             namespace,
             uid,
-            desired,
-            children,
+            decision.desired,
+            seen.children,
             create_missing=plan.create_missing,
             hold_chief=plan.hold_chief,
         )
@@ -265,7 +354,18 @@ async def reconcile_once(
             logger.info("created %s, replaced %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
-    return plan
+
+
+def resync_after(state: OperatorState, plan: ReconcilePlan | None) -> float:
+    """When to look at the job again unwoken: soon while it runs, rarely once it has finished or is
+    suspended, sooner when the plan asks (a TTL, a deadline, an old chief stopping); jittered."""
+    idle = plan is not None and plan.status.get("phase") in (*FINISHED_PHASES, Phase.SUSPENDED)
+    wait = (state.idle_resync_seconds if idle else state.resync_seconds) * random.uniform(
+        1 - JITTER, 1 + JITTER
+    )
+    if plan is not None and plan.requeue_after is not None:
+        wait = min(wait, max(plan.requeue_after, 0.5))
+    return wait
 
 
 async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) -> None:
@@ -276,20 +376,19 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
     try:
         while True:
             wake.clear()
-            wait = state.resync_seconds
             started = time.monotonic()
             try:
                 plan = await reconcile_once(state, namespace, name, logger)
                 state.metrics.reconciled("ok", time.monotonic() - started)
+                wait = resync_after(state, plan)
             except Exception:  # one bad reconcile must not end the job's loop
                 logger.exception("reconcile failed; retrying")
                 state.metrics.reconciled("error", time.monotonic() - started)
                 plan, wait = None, 2.0
+                state.cache.read_at.pop(key, None)  # the next one reads fresh
             else:
                 if plan is None:  # gone or being deleted, even if its watch event is still to come
                     return
-            if plan is not None and plan.requeue_after is not None:
-                wait = min(wait, max(plan.requeue_after, 0.5))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=wait)
             # Let a burst of child events settle into one reconcile.

@@ -8,6 +8,7 @@ does not own. Blocking client calls run in threads so the kopf event loop stays 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 from collections.abc import Callable
@@ -69,6 +70,65 @@ class ApplyResult:
     deleted: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+
+
+class ChildVerb(enum.Enum):
+    CREATE = "create"
+    PATCH = "patch"
+    KEEP = "keep"  # only the replaced object is deleted (the chief is held)
+
+
+@dataclass(frozen=True)
+class ChildChange:
+    manifest: Obj
+    verb: ChildVerb
+    replaced: Obj | None = None  # a chief Job of an older attempt, deleted first
+
+
+def _attempt(obj: Obj) -> str | None:
+    value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
+    return str(value) if value is not None else None
+
+
+def plan_children(
+    owner_uid: str,
+    desired: list[Obj],
+    observed: list[Obj],
+    *,
+    create_missing: bool = True,
+    hold_chief: bool = False,
+) -> tuple[list[ChildChange], ApplyResult]:
+    """What to change so that the children are as desired, decided without the API: create what is
+    missing, patch what differs (by hash), replace a chief Job of an old attempt. Objects of the same
+    name that the job does not own are left alone (the result's `conflicts`).
+
+    Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
+    (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
+    attempt's is not created yet. The old chief pods are the plan's to delete (`delete_pods`).
+    """
+    result = ApplyResult()
+    changes: list[ChildChange] = []
+    live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
+    for manifest in desired:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        current = live.get((kind, name))
+        if current is not None and not owned_by(current, owner_uid):
+            result.conflicts.append(f"{kind}/{name}")
+            continue
+        replace = current is not None and kind == "Job" and _attempt(current) != _attempt(manifest)
+        if not create_missing and (current is None or replace):
+            continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
+        if current is None or replace:
+            held = hold_chief and _attempt(manifest) is not None  # waits until no older chief pod runs
+            if replace or not held:
+                verb = ChildVerb.KEEP if held else ChildVerb.CREATE
+                changes.append(ChildChange(manifest, verb, current if replace else None))
+        elif (
+            current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
+            != manifest["metadata"]["annotations"][ANNOTATION_HASH]
+        ):
+            changes.append(ChildChange(manifest, ChildVerb.PATCH))
+    return changes, result
 
 
 class Kube:
@@ -177,41 +237,24 @@ class Kube:
         create_missing: bool = True,
         hold_chief: bool = False,
     ) -> ApplyResult:
-        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt.
-
-        Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
-        (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
-        attempt's is not created yet. The old chief pods are the plan's to delete (`delete_pods`).
-        """
-        result = ApplyResult()
-        live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
-        for manifest in desired:
-            kind, name = manifest["kind"], manifest["metadata"]["name"]
-            current = live.get((kind, name))
+        """Carry out `plan_children`: create, patch, replace (see there)."""
+        changes, result = plan_children(
+            owner_uid, desired, observed, create_missing=create_missing, hold_chief=hold_chief
+        )
+        for change in changes:
+            kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
             ref = f"{kind}/{name}"
-            if current is not None and not owned_by(current, owner_uid):
-                result.conflicts.append(ref)
-                continue
-            replace = (
-                current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest)
-            )
-            if not create_missing and (current is None or replace):
-                continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
-            if current is not None and replace:
-                self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
+            if change.replaced is not None:
+                self._delete_at(self._path(kind, namespace, name), change.replaced["metadata"]["uid"])
                 result.deleted.append(ref)
-                current = None
-            if current is None and hold_chief and self._attempt(manifest) is not None:
-                continue  # the chief Job waits until no older chief pod runs
+            if change.verb is ChildVerb.KEEP:
+                continue
             try:
-                if current is None:
-                    self._call("POST", self._path(kind, namespace), manifest)
+                if change.verb is ChildVerb.CREATE:
+                    self._call("POST", self._path(kind, namespace), change.manifest)
                     result.created.append(ref)
-                elif (
-                    current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
-                    != manifest["metadata"]["annotations"][ANNOTATION_HASH]
-                ):
-                    self._patch(self._path(kind, namespace, name), manifest)
+                else:
+                    self._patch(self._path(kind, namespace, name), change.manifest)
                     result.patched.append(ref)
             except ApiException as error:
                 if error.status == 409:
@@ -244,11 +287,6 @@ class Kube:
             content_type="application/apply-patch+yaml",
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
-
-    @staticmethod
-    def _attempt(obj: Obj) -> str | None:
-        value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
-        return str(value) if value is not None else None
 
     def delete_pods(self, namespace: str, deletions: list[PodDeletion]) -> None:
         """Delete pods the plan named, each only if it is still the pod it saw (uid precondition)."""
