@@ -53,7 +53,7 @@ UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
 # The children's watches (kopf resource selectors), each filtered by the API server to the objects
 # that carry the job label (settings.watching.label_selectors): other pods never reach the operator.
 PODS = ("v1", "pods")
-CHILDREN = (("v1", "services"), ("apps", "v1", "statefulsets"), ("batch", "v1", "jobs"))
+CHILDREN = (("v1", "services"), ("apps", "v1", "statefulsets"), ("batch", "v1", "jobs"), ("v1", "configmaps"))
 # Timers are spread by this fraction either way, so jobs started together do not stay aligned.
 JITTER = 0.1
 
@@ -193,6 +193,7 @@ async def pod_changed(type: str, body: kopf.Body, memo: Any, logger: Any, **_: A
 @kopf.on.event(*CHILDREN[0], labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
 @kopf.on.event(*CHILDREN[1], labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
 @kopf.on.event(*CHILDREN[2], labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
+@kopf.on.event(*CHILDREN[3], labels={LABEL_JOB: kopf.PRESENT}, id="configmap-changed")
 async def child_changed(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
     state = _state(memo)
     _wake(state, state.cache.child_seen(type, dict(body)))

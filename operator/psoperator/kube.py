@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 # kind -> (API path prefix, plural)
 _PATHS = {
+    "ConfigMap": ("/api/v1", "configmaps"),
     "Service": ("/api/v1", "services"),
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Job": ("/apis/batch/v1", "jobs"),

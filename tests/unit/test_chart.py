@@ -154,7 +154,7 @@ def test_cluster_role_grants_exactly_what_the_operator_needs(helm: str) -> None:
         _expect(["psoperator.io"], ["pstrainingjobs"], "get list watch patch delete")
         | _expect(["psoperator.io"], ["pstrainingjobs/status"], "patch")
         | _expect(["psoperator.io"], ["pstrainingjobs/finalizers"], "update")
-        | _expect([""], ["services"], owned)
+        | _expect([""], ["services", "configmaps"], owned)
         | _expect(["apps"], ["statefulsets"], owned)
         | _expect(["batch"], ["jobs"], owned)
         | _expect([""], ["pods"], "get list watch delete")

@@ -14,6 +14,7 @@ from psoperator.metrics import Metrics
 from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
 from psoperator.vocabulary import Phase
+from psoperator.render.names import LABEL_JOB
 from tests.unit.test_kube import RecordingKube
 
 
@@ -119,10 +120,11 @@ def test_children_watches_are_filtered_by_the_api_server_to_the_job_label() -> N
     for group, version, plural in [
         ("", "v1", "pods"),
         ("", "v1", "services"),
+        ("", "v1", "configmaps"),
         ("apps", "v1", "statefulsets"),
         ("batch", "v1", "jobs"),
     ]:
-        assert selectors.collect(Resource(group, version, plural)) == [handlers.LABEL_JOB], plural
+        assert selectors.collect(Resource(group, version, plural)) == [LABEL_JOB], plural
     # The jobs themselves and the nodes are watched whole.
     assert selectors.collect(Resource(GROUP, "v1alpha1", "pstrainingjobs")) == []
     assert selectors.collect(Resource("", "v1", "nodes")) == []
@@ -131,7 +133,7 @@ def test_children_watches_are_filtered_by_the_api_server_to_the_job_label() -> N
 def test_watch_handlers_that_wake_a_loop_run_on_the_event_loop() -> None:
     """asyncio.Event is not thread-safe, and kopf runs sync handlers in executor threads."""
     for handler in (handlers.job_changed, handlers.pod_changed, handlers.child_changed):
-        assert asyncio.iscoroutinefunction(handler), handler.__name__
+        assert asyncio.iscoroutinefunction(handler), handler
 
 
 def test_a_job_is_woken_by_its_spec_and_children_but_not_by_its_own_status(
@@ -164,7 +166,7 @@ def test_a_job_is_woken_by_its_spec_and_children_but_not_by_its_own_status(
         assert reconciled == [0]
         await event(1, 2, 10)  # the echo of its own status write
         assert reconciled == [0]
-        pod = {"metadata": {"name": "ctr-ps-0", "namespace": "ns", "labels": {handlers.LABEL_JOB: "ctr"}}}
+        pod = {"metadata": {"name": "ctr-ps-0", "namespace": "ns", "labels": {LABEL_JOB: "ctr"}}}
         await _kopf_fn(handlers.pod_changed)(type="MODIFIED", body=_Body(pod), memo=memo, logger=log)
         await asyncio.sleep(0.4)
         assert reconciled == [0, 1]

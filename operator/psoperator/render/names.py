@@ -19,6 +19,10 @@ ANNOTATION_TRAINER_CONTAINER = f"{GROUP}/trainer-container"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 
 CHECKPOINT_VOLUME = "psoperator-checkpoint"
+# A cluster too large for the environment: a ConfigMap mounted here in every container.
+TF_CONFIG_VOLUME = "psoperator-tf-config"
+TF_CONFIG_DIR = "/etc/psoperator/tf-config"
+TF_CONFIG_FILE = "cluster.json"
 
 
 def child_name(job_name: str, role: Role) -> str:
@@ -37,6 +41,20 @@ def task_address(job_name: str, namespace: str, role: Role, index: int, port: in
     return f"{host}.{child_name(job_name, role)}.{namespace}.svc.{domain}:{port}"
 
 
+def tf_config_map_name(job_name: str) -> str:
+    return f"{job_name}-tf-config"
+
+
+def job_labels(job_name: str) -> dict[str, str]:
+    """Labels of what belongs to the whole job rather than to one role."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": job_name,
+        "app.kubernetes.io/managed-by": MANAGER,
+        LABEL_JOB: job_name,
+    }
+
+
 def selector_labels(job_name: str, role: Role) -> dict[str, str]:
     """The labels that select one role's pods; immutable once a StatefulSet exists."""
     return {LABEL_JOB: job_name, LABEL_ROLE: role.value}
@@ -45,9 +63,7 @@ def selector_labels(job_name: str, role: Role) -> dict[str, str]:
 def child_labels(job_name: str, role: Role) -> dict[str, str]:
     """Labels on every child object and pod of a role."""
     return {
-        "app.kubernetes.io/name": APP_NAME,
-        "app.kubernetes.io/instance": job_name,
+        **job_labels(job_name),
         "app.kubernetes.io/component": role.value,
-        "app.kubernetes.io/managed-by": MANAGER,
         **selector_labels(job_name, role),
     }
