@@ -101,7 +101,12 @@ def table(results: dict[str, Any]) -> list[str]:
                 f"{s['requests_per_job_minute']:.2f} ({s['writes_per_job_minute']:.2f})",
             )
         )
-        lines.append(_row("  reconciles per job per minute", f"{s['reconciles_per_job_minute']:.2f}"))
+        lines.append(
+            _row(
+                "  reconciles, progress fetches per job per minute",
+                f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}",
+            )
+        )
     if "big" in results:
         b = results["big"]
         label = f"big job, {sizes['big_ps']} PS + {sizes['big_workers']} workers"

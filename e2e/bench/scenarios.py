@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e import chaos, psjobs
 from e2e.bench import measure
 from e2e.bench.podwatch import PodWatch
+from e2e.bench.progress import ChiefProgress
 from e2e.conftest import OperatorProcess
 from e2e.util import wait_for
 from psoperator.kube import Kube
@@ -179,20 +180,28 @@ def recovery(bench: Bench, jobs: int) -> dict[str, Any]:
     return {"seconds": [chiefs[n] - failed_at[n] for n in running.names]}
 
 
+def chief_addresses(bench: Bench, ns: str) -> list[str]:
+    listed = client.CoreV1Api(bench.api).list_namespaced_pod(ns, label_selector=f"{psjobs.LABEL_ROLE}=chief")
+    return [str(p.status.pod_ip) for p in listed.items if p.status and p.status.pod_ip]
+
+
 def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
-    """`jobs` Running jobs left alone: what the operator costs at rest."""
+    """`jobs` Running jobs whose chiefs report a step that moves: what the operator costs at rest."""
     running = start_running(bench, "ours-steady", jobs, 2, 4)
     pid = bench.operator.pid
     assert pid is not None
     try:
-        time.sleep(15)  # the last status writes of start-up
-        requests, cpu = measure.operator_requests(bench.kubeconfig), measure.cpu_seconds(pid)
-        count = measure.reconciles(bench.metrics_port)
-        time.sleep(seconds)
-        requests = measure.operator_requests(bench.kubeconfig) - requests
-        cpu = measure.cpu_seconds(pid) - cpu
-        count = measure.reconciles(bench.metrics_port) - count
-        rss = measure.rss_mib(pid)
+        with ChiefProgress() as progress:
+            progress.serve(chief_addresses(bench, running.namespace))
+            time.sleep(15)  # the last status writes of start-up
+            requests, cpu = measure.operator_requests(bench.kubeconfig), measure.cpu_seconds(pid)
+            count, fetches = measure.reconciles(bench.metrics_port), progress.requests
+            time.sleep(seconds)
+            requests = measure.operator_requests(bench.kubeconfig) - requests
+            cpu = measure.cpu_seconds(pid) - cpu
+            count = measure.reconciles(bench.metrics_port) - count
+            fetches = progress.requests - fetches
+            rss = measure.rss_mib(pid)
     finally:
         stop(bench, running)
     per_job_minute = 60 / seconds / jobs
@@ -202,6 +211,7 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
         "requests_per_job_minute": requests.total * per_job_minute,
         "writes_per_job_minute": requests.writes * per_job_minute,
         "reconciles_per_job_minute": count * per_job_minute,
+        "progress_fetches_per_job_minute": fetches * per_job_minute,
     }
 
 
