@@ -91,22 +91,29 @@ def table(results: dict[str, Any]) -> list[str]:
                 f"p50 {p['p50']:.2f}s p99 {p['p99']:.2f}s max {p['last']:.2f}s",
             )
         )
+        for stage in ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief"):
+            part = measure.percentiles(results["recovery"][stage])
+            lines.append(
+                _row(f"  {stage.replace('_', ' ')}", f"p50 {part['p50']:.2f}s p99 {part['p99']:.2f}s")
+            )
     if "steady" in results:
-        s = results["steady"]
-        label = f"steady, {sizes['steady_jobs']} Running jobs, {sizes['steady_seconds']:.0f}s"
-        lines.append(_row(f"{label}: RSS, CPU", f"{s['rss_mib']:.0f} MiB, {s['cpu_percent']:.1f}% of a core"))
-        lines.append(
-            _row(
-                "  API requests (writes) per job per minute",
-                f"{s['requests_per_job_minute']:.2f} ({s['writes_per_job_minute']:.2f})",
+        for window, s in results["steady"].items():
+            label = f"steady, {sizes['steady_jobs']} Running jobs, {window}, {sizes['steady_seconds']:.0f}s"
+            lines.append(
+                _row(f"{label}: RSS, CPU", f"{s['rss_mib']:.0f} MiB, {s['cpu_percent']:.1f}% of a core")
             )
-        )
-        lines.append(
-            _row(
-                "  reconciles, progress fetches per job per minute",
-                f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}",
+            lines.append(
+                _row(
+                    "  per job per minute: API requests (writes)",
+                    f"{s['requests_per_job_minute']:.2f} ({s['writes_per_job_minute']:.2f})",
+                )
             )
-        )
+            lines.append(
+                _row(
+                    "  per job per minute: reconciles, progress polls",
+                    f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}",
+                )
+            )
     if "big" in results:
         b = results["big"]
         label = f"big job, {sizes['big_ps']} PS + {sizes['big_workers']} workers"
@@ -117,6 +124,16 @@ def table(results: dict[str, Any]) -> list[str]:
                 f"{b['recovery_seconds']:.2f}s; {b['peak_rss_mib']:.0f} MiB",
             )
         )
+        stages = [
+            b.get(k)
+            for k in ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief")
+        ]
+        if None not in stages:
+            lines.append(
+                _row(
+                    "  inject -> PS Failed -> chief stopping -> new", " / ".join(f"{t:.2f}s" for t in stages)
+                )
+            )
     return lines
 
 

@@ -22,13 +22,16 @@ Obj = dict[str, Any]
 
 
 class PodWatch:
-    """When each job first had `pods_per_job` pods Running, and when each chief attempt appeared."""
+    """When each job first had `pods_per_job` pods Running, when a PS of it was first seen Failed,
+    when its chief pods of an attempt were first seen being deleted, and when each attempt appeared."""
 
     def __init__(self, api: client.ApiClient, namespace: str, pods_per_job: int) -> None:
         self.api, self.namespace, self.pods_per_job = api, namespace, pods_per_job
         self.running: dict[str, set[str]] = defaultdict(set)  # job -> names of its Running pods
         self.all_running_at: dict[str, float] = {}
         self.chief_seen_at: dict[tuple[str, str], float] = {}  # (job, attempt) -> first event
+        self.chief_deleting_at: dict[tuple[str, str], float] = {}
+        self.ps_failed_at: dict[str, float] = {}
         self._response: Any = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"podwatch-{namespace}", daemon=True)
@@ -66,9 +69,18 @@ class PodWatch:
             return str(meta.get("resourceVersion"))
         labels = meta.get("labels", {})
         job, name = labels.get(LABEL_JOB, ""), meta.get("name", "")
-        if labels.get(LABEL_ROLE) == "chief":
-            self.chief_seen_at.setdefault((job, labels.get(LABEL_ATTEMPT, "")), now)
-        running = pod.get("status", {}).get("phase") == "Running" and not meta.get("deletionTimestamp")
+        role, attempt, phase = (
+            labels.get(LABEL_ROLE),
+            labels.get(LABEL_ATTEMPT, ""),
+            pod.get("status", {}).get("phase"),
+        )
+        if role == "chief":
+            self.chief_seen_at.setdefault((job, attempt), now)
+            if meta.get("deletionTimestamp"):
+                self.chief_deleting_at.setdefault((job, attempt), now)
+        if role == "ps" and phase == "Failed":
+            self.ps_failed_at.setdefault(job, now)
+        running = phase == "Running" and not meta.get("deletionTimestamp")
         if running and kind != "DELETED":
             self.running[job].add(name)
         else:

@@ -173,11 +173,28 @@ def fail_ps(bench: Bench, ns: str, names: list[str]) -> dict[str, float]:
 def recovery(bench: Bench, jobs: int) -> dict[str, Any]:
     running = start_running(bench, "ours-recovery", jobs, 2, 4)
     try:
-        failed_at = fail_ps(bench, running.namespace, running.names)
+        injected = fail_ps(bench, running.namespace, running.names)
         chiefs = running.pods.wait_chiefs(running.names, attempt=1, timeout=TIMEOUT)
     finally:
         stop(bench, running)
-    return {"seconds": [chiefs[n] - failed_at[n] for n in running.names]}
+    return {"seconds": [chiefs[n] - injected[n] for n in running.names], **_stages(running.pods, injected)}
+
+
+def _stages(pods: PodWatch, injected: dict[str, float]) -> dict[str, list[float]]:
+    """Where a recovery's time goes: KWOK failing the PS (inject -> PS Failed, as the watch shows
+    it), the operator deciding (-> the old chief pod asked to stop), and stopping the old chief
+    and starting the new one (KWOK, the operator's hold, the Job controller)."""
+    failed, stopping = (
+        pods.ps_failed_at,
+        {job: t for (job, a), t in pods.chief_deleting_at.items() if a == "0"},
+    )
+    new = {job: t for (job, a), t in pods.chief_seen_at.items() if a == "1"}
+    jobs = [j for j in injected if j in failed and j in stopping and j in new]
+    return {
+        "inject_to_ps_failed": [failed[j] - injected[j] for j in jobs],
+        "ps_failed_to_chief_stopping": [stopping[j] - failed[j] for j in jobs],
+        "chief_stopping_to_new_chief": [new[j] - stopping[j] for j in jobs],
+    }
 
 
 def chief_addresses(bench: Bench, ns: str) -> list[str]:
@@ -186,32 +203,37 @@ def chief_addresses(bench: Bench, ns: str) -> list[str]:
 
 
 def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
-    """`jobs` Running jobs whose chiefs report a step that moves: what the operator costs at rest."""
+    """`jobs` Running jobs left alone, first with no progress endpoint (as on KWOK), then with chiefs
+    that report a step that moves at every poll: what the operator costs at rest and in training."""
     running = start_running(bench, "ours-steady", jobs, 2, 4)
-    pid = bench.operator.pid
-    assert pid is not None
     try:
+        time.sleep(15)  # the last status writes of start-up
+        idle = _window(bench, jobs, seconds, None)
         with ChiefProgress() as progress:
             progress.serve(chief_addresses(bench, running.namespace))
-            time.sleep(15)  # the last status writes of start-up
-            requests, cpu = measure.operator_requests(bench.kubeconfig), measure.cpu_seconds(pid)
-            count, fetches = measure.reconciles(bench.metrics_port), progress.requests
-            time.sleep(seconds)
-            requests = measure.operator_requests(bench.kubeconfig) - requests
-            cpu = measure.cpu_seconds(pid) - cpu
-            count = measure.reconciles(bench.metrics_port) - count
-            fetches = progress.requests - fetches
-            rss = measure.rss_mib(pid)
+            time.sleep(15)  # every job has polled once
+            training = _window(bench, jobs, seconds, progress)
     finally:
         stop(bench, running)
+    return {"idle": idle, "training": training}
+
+
+def _window(bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | None) -> dict[str, float]:
+    pid = bench.operator.pid
+    assert pid is not None
+    requests, cpu = measure.operator_requests(bench.kubeconfig), measure.cpu_seconds(pid)
+    count, fetches = measure.reconciles(bench.metrics_port), progress.requests if progress else 0
+    time.sleep(seconds)
+    requests = measure.operator_requests(bench.kubeconfig) - requests
     per_job_minute = 60 / seconds / jobs
     return {
-        "rss_mib": rss,
-        "cpu_percent": 100 * cpu / seconds,
+        "rss_mib": measure.rss_mib(pid),
+        "cpu_percent": 100 * (measure.cpu_seconds(pid) - cpu) / seconds,
         "requests_per_job_minute": requests.total * per_job_minute,
         "writes_per_job_minute": requests.writes * per_job_minute,
-        "reconciles_per_job_minute": count * per_job_minute,
-        "progress_fetches_per_job_minute": fetches * per_job_minute,
+        "reconciles_per_job_minute": (measure.reconciles(bench.metrics_port) - count) * per_job_minute,
+        "progress_fetches_per_job_minute": ((progress.requests if progress else 0) - fetches)
+        * per_job_minute,
     }
 
 
@@ -224,8 +246,11 @@ def big(bench: Bench, ps: int, workers: int) -> dict[str, Any]:
         name = running.names[0]
         try:
             startup = running.pods.all_running_at[name] - running.started
-            failed_at = fail_ps(bench, running.namespace, running.names)[name]
-            recovered = running.pods.wait_chiefs(running.names, attempt=1, timeout=TIMEOUT)[name] - failed_at
+            injected = fail_ps(bench, running.namespace, running.names)
+            recovered = (
+                running.pods.wait_chiefs(running.names, attempt=1, timeout=TIMEOUT)[name] - injected[name]
+            )
         finally:
             stop(bench, running)
-    return {"startup_seconds": startup, "recovery_seconds": recovered, "peak_rss_mib": rss.peak}
+    stages = {k: v[0] for k, v in _stages(running.pods, injected).items() if v}
+    return {"startup_seconds": startup, "recovery_seconds": recovered, "peak_rss_mib": rss.peak, **stages}

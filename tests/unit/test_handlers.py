@@ -13,8 +13,8 @@ from psoperator import GROUP, handlers
 from psoperator.metrics import Metrics
 from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
-from psoperator.vocabulary import Phase
 from psoperator.render.names import LABEL_JOB
+from psoperator.vocabulary import Phase
 from tests.unit.test_kube import RecordingKube
 
 
