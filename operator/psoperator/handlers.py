@@ -24,6 +24,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +36,17 @@ from psoperator import GROUP, PLURAL, VERSION
 from psoperator.cache import JobKey, Snapshot, WatchCache
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
-from psoperator.kube import ChildChange, Kube, fetch_progress, in_thread, merge_patch, owned_by, plan_children
+from psoperator.kube import (
+    API_CONCURRENCY,
+    CHILD_KINDS,
+    ChildChange,
+    Kube,
+    fetch_progress,
+    in_thread,
+    merge_patch,
+    owned_by,
+    plan_children,
+)
 from psoperator.metrics import Metrics
 from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
 from psoperator.policies import node_lost
@@ -107,6 +118,10 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
     _state(memo).session = aiohttp.ClientSession()
+    # The API calls' threads (kube.in_thread); kopf runs its sync handlers in an executor of its own.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
+    )
 
 
 @kopf.on.cleanup()
@@ -242,9 +257,11 @@ async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
     job = await in_thread(state.kube.get_job, *key)
     if job is None:
         return None
-    children, pods = await asyncio.gather(
-        in_thread(state.kube.list_children, *key), in_thread(state.kube.list_pods, *key)
+    *listed, pods = await asyncio.gather(
+        *(in_thread(state.kube.list_children, *key, kind) for kind in CHILD_KINDS),
+        in_thread(state.kube.list_pods, *key),
     )
+    children = [child for kind in listed for child in kind]
     state.cache.read_fresh(key, job, children, pods, started)
     return Snapshot(job, children, pods)
 

@@ -30,6 +30,10 @@ Obj = dict[str, Any]
 FIELD_MANAGER = "ps-training-operator"
 log = logging.getLogger(__name__)
 
+# Blocking API calls at once (threads, and connections to the API server): a PS lost in many jobs
+# at once means a fresh read of each before its restart, and they should not queue behind 6 threads.
+API_CONCURRENCY = 32
+
 # kind -> (API path prefix, plural)
 _PATHS = {
     "ConfigMap": ("/api/v1", "configmaps"),
@@ -39,11 +43,17 @@ _PATHS = {
 }
 
 
+CHILD_KINDS = tuple(_PATHS)
+
+
 def load_config() -> None:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = API_CONCURRENCY
+    client.Configuration.set_default(configuration)
 
 
 def owned_by(obj: Obj, uid: str) -> bool:
@@ -210,15 +220,11 @@ class Kube:
 
     # --- children --------------------------------------------------------------------------
 
-    def list_children(self, namespace: str, job_name: str) -> list[Obj]:
+    def list_children(self, namespace: str, job_name: str, kind: str) -> list[Obj]:
+        """The job's children of one kind (CHILD_KINDS), with `kind` set on each."""
         selector = [("labelSelector", f"{LABEL_JOB}={job_name}")]
-        items: list[Obj] = []
-        for kind in _PATHS:
-            listed = self._call("GET", self._path(kind, namespace), query=selector)
-            for item in listed.get("items", []):
-                item["kind"] = kind
-                items.append(item)
-        return items
+        listed = self._call("GET", self._path(kind, namespace), query=selector)
+        return [{**item, "kind": kind} for item in listed.get("items", [])]
 
     def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
         listed = self._call(
