@@ -52,6 +52,7 @@ class WatchCache:
     children: dict[JobKey, dict[ChildKey, _Entry]] = field(default_factory=lambda: defaultdict(dict))
     pods: dict[JobKey, dict[str, _Entry]] = field(default_factory=lambda: defaultdict(dict))
     read_at: dict[JobKey, float] = field(default_factory=dict)  # the last fresh read of each job
+    written_at: dict[JobKey, float] = field(default_factory=dict)  # the operator's last status write
 
     def job_seen(self, namespace: str, name: str, body: Obj) -> bool:
         """Keep the newer version of the job; True when it asks for a reconcile: new, a changed
@@ -91,7 +92,7 @@ class WatchCache:
         return owner
 
     def forget(self, key: JobKey) -> None:
-        for store in (self.jobs, self.children, self.pods, self.read_at):
+        for store in (self.jobs, self.children, self.pods, self.read_at, self.written_at):
             store.pop(key, None)
 
     def snapshot(self, key: JobKey) -> Snapshot | None:

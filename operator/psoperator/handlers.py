@@ -67,6 +67,11 @@ PODS = ("v1", "pods")
 CHILDREN = (("v1", "services"), ("apps", "v1", "statefulsets"), ("batch", "v1", "jobs"), ("v1", "configmaps"))
 # Timers are spread by this fraction either way, so jobs started together do not stay aligned.
 JITTER = 0.1
+# A woken loop waits this long for the rest of a burst of events of the job's objects.
+SETTLE_SECONDS = 0.05
+# A status change that needs nothing else (pods coming up one by one, the step) is written at most
+# this often; anything that acts (a restart, a child, an event) writes at once.
+STATUS_SPACING_SECONDS = 2.0
 
 
 @dataclass
@@ -325,6 +330,11 @@ async def reconcile_once(
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await _decide(state, seen, fresh)
+    since_write = started - state.cache.written_at.get(key, -math.inf)
+    if decision.quiet and since_write < STATUS_SPACING_SECONDS:
+        wait = STATUS_SPACING_SECONDS - since_write
+        requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
+        return replace(decision.plan, requeue_after=requeue)
     if not fresh and not decision.quiet:
         seen = await _read_fresh(state, key)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
@@ -343,6 +353,7 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
     if patch:
         written = await in_thread(state.kube.patch_job_status, namespace, name, patch)
         state.cache.job_seen(namespace, name, written)
+        state.cache.written_at[(namespace, name)] = time.monotonic()
     state.metrics.record(namespace, name, read_job(job, plan, decision.now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.faults)
@@ -409,8 +420,7 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
                     return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=wait)
-            # Let a burst of child events settle into one reconcile.
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(SETTLE_SECONDS)
     finally:
         if state.loops.get(key) is asyncio.current_task():
             state.loops.pop(key)
