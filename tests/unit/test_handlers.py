@@ -29,6 +29,12 @@ def test_no_handler_makes_kopf_put_a_finalizer_on_jobs() -> None:
 def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> None:
     """kopf takes off the configured finalizer from a job when no handler needs one any more."""
 
+    assert _configured().persistence.finalizer == f"{GROUP}/finalizer"
+
+
+def _configured() -> kopf.OperatorSettings:
+    """kopf's settings after the operator's startup handler (its clean-up run too)."""
+
     async def configure() -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()
         memo = kopf.Memo(state=handlers.OperatorState(RecordingKube(), Metrics()))
@@ -36,7 +42,7 @@ def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> 
         await _kopf_fn(handlers.close)(memo=memo)
         return settings
 
-    assert asyncio.run(configure()).persistence.finalizer == f"{GROUP}/finalizer"
+    return asyncio.run(configure())
 
 
 def _kopf_fn(fn: Any) -> Any:
@@ -109,14 +115,7 @@ def test_children_watches_are_filtered_by_the_api_server_to_the_job_label() -> N
     (kopf/_cogs/clients/watching.py, fetching.py); a handler's `labels=` filter is client-side only."""
     from kopf._cogs.structs.references import Resource
 
-    async def configure() -> kopf.OperatorSettings:
-        settings = kopf.OperatorSettings()
-        memo = kopf.Memo(state=handlers.OperatorState(RecordingKube(), Metrics.create()))
-        await _kopf_fn(handlers.configure)(settings=settings, memo=memo)
-        await _kopf_fn(handlers.close)(memo=memo)
-        return settings
-
-    selectors = asyncio.run(configure()).watching.label_selectors
+    selectors = _configured().watching.label_selectors
     for group, version, plural in [
         ("", "v1", "pods"),
         ("", "v1", "services"),
