@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,80 +61,70 @@ def _row(label: str, value: str, note: str = "") -> str:
     return f"{label:<44} {value:<40} {note}"
 
 
+STAGES = ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief")
+
+
+def _burst_rows(sizes: dict[str, Any], burst: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = []
+    for i, (ours, floor) in enumerate(zip(burst["ours"], burst["floor"], strict=True)):
+        o, f = measure.percentiles(ours["seconds"]), measure.percentiles(floor["seconds"])
+        label = f"burst {sizes['burst_jobs']} jobs, round {i + 1}: create -> Running"
+        for q in ("p50", "p95", "p99", "last"):
+            values = f"ours {o[q]:6.2f}s floor {f[q]:6.2f}s"
+            lines.append(_row(f"{label} {q}", values, f"ours/floor {o[q] / f[q]:.2f}"))
+        counts = f"{ours['writes_per_job']:.1f} / {ours['requests_per_job']:.1f}"
+        lines.append(_row("  operator API writes / requests per job", counts))
+    return lines
+
+
+def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, list[float]]) -> list[str]:
+    p = measure.percentiles(recovery["seconds"])
+    label = f"recovery, {sizes['recovery_jobs']} jobs: PS failure -> new chief"
+    lines = [_row(label, f"p50 {p['p50']:.2f}s p99 {p['p99']:.2f}s max {p['last']:.2f}s")]
+    for stage in STAGES:
+        part = measure.percentiles(recovery[stage])
+        lines.append(_row(f"  {stage.replace('_', ' ')}", f"p50 {part['p50']:.2f}s p99 {part['p99']:.2f}s"))
+    return lines
+
+
+def _steady_rows(sizes: dict[str, Any], steady: dict[str, dict[str, float]]) -> list[str]:
+    lines = []
+    for window, s in steady.items():
+        label = f"steady, {sizes['steady_jobs']} Running jobs, {window}, {sizes['steady_seconds']:.0f}s"
+        lines.append(_row(f"{label}: RSS, CPU", f"{s['rss_mib']:.0f} MiB, {s['cpu_percent']:.1f}% of a core"))
+        requests = f"{s['requests_per_job_minute']:.2f} ({s['writes_per_job_minute']:.2f})"
+        lines.append(_row("  per job per minute: API requests (writes)", requests))
+        polls = f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}"
+        lines.append(_row("  per job per minute: reconciles, progress polls", polls))
+    return lines
+
+
+def _big_rows(sizes: dict[str, Any], b: dict[str, float]) -> list[str]:
+    label = f"big job, {sizes['big_ps']} PS + {sizes['big_workers']} workers"
+    return [
+        _row(f"{label}: create -> Running", f"{b['startup_seconds']:.1f}s"),
+        _row(
+            "  PS failure -> new chief; peak operator RSS",
+            f"{b['recovery_seconds']:.2f}s; {b['peak_rss_mib']:.0f} MiB",
+        ),
+        _row(
+            "  inject -> PS Failed -> chief stopping -> new",
+            " / ".join(f"{b.get(k, 0):.2f}s" for k in STAGES),
+        ),
+    ]
+
+
 def table(results: dict[str, Any]) -> list[str]:
-    sizes = results["sizes"]
+    rows: dict[str, Callable[[dict[str, Any], Any], list[str]]] = {
+        "burst": _burst_rows,
+        "recovery": _recovery_rows,
+        "steady": _steady_rows,
+        "big": _big_rows,
+    }
     lines = [_row("metric", "value", "note")]
-    if "burst" in results:
-        for i, (ours, floor) in enumerate(
-            zip(results["burst"]["ours"], results["burst"]["floor"], strict=True)
-        ):
-            o, f = measure.percentiles(ours["seconds"]), measure.percentiles(floor["seconds"])
-            label = f"burst {sizes['burst_jobs']} jobs, round {i + 1}: create -> Running"
-            for q in ("p50", "p95", "p99", "last"):
-                lines.append(
-                    _row(
-                        f"{label} {q}",
-                        f"ours {o[q]:6.2f}s floor {f[q]:6.2f}s",
-                        f"ours/floor {o[q] / f[q]:.2f}",
-                    )
-                )
-            lines.append(
-                _row(
-                    "  operator API writes / requests per job",
-                    f"{ours['writes_per_job']:.1f} / {ours['requests_per_job']:.1f}",
-                )
-            )
-    if "recovery" in results:
-        p = measure.percentiles(results["recovery"]["seconds"])
-        lines.append(
-            _row(
-                f"recovery, {sizes['recovery_jobs']} jobs: PS failure -> new chief",
-                f"p50 {p['p50']:.2f}s p99 {p['p99']:.2f}s max {p['last']:.2f}s",
-            )
-        )
-        for stage in ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief"):
-            part = measure.percentiles(results["recovery"][stage])
-            lines.append(
-                _row(f"  {stage.replace('_', ' ')}", f"p50 {part['p50']:.2f}s p99 {part['p99']:.2f}s")
-            )
-    if "steady" in results:
-        for window, s in results["steady"].items():
-            label = f"steady, {sizes['steady_jobs']} Running jobs, {window}, {sizes['steady_seconds']:.0f}s"
-            lines.append(
-                _row(f"{label}: RSS, CPU", f"{s['rss_mib']:.0f} MiB, {s['cpu_percent']:.1f}% of a core")
-            )
-            lines.append(
-                _row(
-                    "  per job per minute: API requests (writes)",
-                    f"{s['requests_per_job_minute']:.2f} ({s['writes_per_job_minute']:.2f})",
-                )
-            )
-            lines.append(
-                _row(
-                    "  per job per minute: reconciles, progress polls",
-                    f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}",
-                )
-            )
-    if "big" in results:
-        b = results["big"]
-        label = f"big job, {sizes['big_ps']} PS + {sizes['big_workers']} workers"
-        lines.append(_row(f"{label}: create -> Running", f"{b['startup_seconds']:.1f}s"))
-        lines.append(
-            _row(
-                "  PS failure -> new chief; peak operator RSS",
-                f"{b['recovery_seconds']:.2f}s; {b['peak_rss_mib']:.0f} MiB",
-            )
-        )
-        stages = [
-            b.get(k)
-            for k in ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief")
-        ]
-        if None not in stages:
-            lines.append(
-                _row(
-                    "  inject -> PS Failed -> chief stopping -> new", " / ".join(f"{t:.2f}s" for t in stages)
-                )
-            )
+    for scenario, rows_of in rows.items():
+        if scenario in results:
+            lines += rows_of(results["sizes"], results[scenario])
     return lines
 
 

@@ -105,6 +105,27 @@ def trainer_container_name(template: Manifest) -> str | None:
     return str(names[0]) if names else None
 
 
+_OWN_VOLUMES = frozenset({CHECKPOINT_VOLUME, TF_CONFIG_VOLUME})
+
+
+def _our_volumes(
+    spec: PSTrainingJobSpec, job_name: str, tf_config: str | None, pod_spec: Manifest
+) -> list[Manifest]:
+    """Put the checkpoint volume and, without `tf_config`, the job's TF_CONFIG ConfigMap into the
+    pod spec (replacing any of the same name); return the mounts every container gets."""
+    volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in _OWN_VOLUMES]
+    mounts: list[Manifest] = []
+    if spec.checkpoint.volume is not None and not is_uri(spec.checkpoint.dir):
+        volumes.append({"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.dir})
+    if tf_config is None:
+        volumes.append({"name": TF_CONFIG_VOLUME, "configMap": {"name": tf_config_map_name(job_name)}})
+        mounts.append({"name": TF_CONFIG_VOLUME, "mountPath": TF_CONFIG_DIR, "readOnly": True})
+    if volumes or "volumes" in pod_spec:
+        pod_spec["volumes"] = volumes
+    return mounts
+
+
 def render_pod_template(
     spec: PSTrainingJobSpec,
     job_name: str,
@@ -137,28 +158,15 @@ def render_pod_template(
     pod_spec.setdefault("automountServiceAccountToken", False)
 
     env = contract_env(spec, job_name, role, index, tf_config)
-    use_volume = spec.checkpoint.volume is not None and not is_uri(spec.checkpoint.dir)
-    ours = {CHECKPOINT_VOLUME, TF_CONFIG_VOLUME}
-    volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in ours]
-    if use_volume:
-        volumes.append({"name": CHECKPOINT_VOLUME, **(spec.checkpoint.volume or {})})
-    if tf_config is None:
-        volumes.append({"name": TF_CONFIG_VOLUME, "configMap": {"name": tf_config_map_name(job_name)}})
-    if volumes or "volumes" in pod_spec:
-        pod_spec["volumes"] = volumes
-
+    mounts = _our_volumes(spec, job_name, tf_config, pod_spec)
     containers: list[Manifest] = pod_spec.setdefault("containers", [])
     for container in containers:
         if not container.get("image") and spec.image:
             container["image"] = spec.image
         container["env"] = _merge_env(env, container.get("env", []))
-        mounts = [m for m in container.get("volumeMounts", []) if m.get("name") not in ours]
-        if use_volume:
-            mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.dir})
-        if tf_config is None:
-            mounts.append({"name": TF_CONFIG_VOLUME, "mountPath": TF_CONFIG_DIR, "readOnly": True})
-        if mounts or "volumeMounts" in container:
-            container["volumeMounts"] = mounts
+        theirs = [m for m in container.get("volumeMounts", []) if m.get("name") not in _OWN_VOLUMES]
+        if theirs or mounts or "volumeMounts" in container:
+            container["volumeMounts"] = theirs + mounts
         if container.get("name") == trainer:
             # The trainer serves the task's gRPC port and, in the chief, the progress report.
             if role is not Role.EVALUATOR:
