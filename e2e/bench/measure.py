@@ -128,7 +128,7 @@ def reconciles(metrics_port: int) -> float:
     return sum(
         float(line.split()[1])
         for line in text.splitlines()
-        if line.startswith("psoperator_reconcile_seconds_count")
+        if line.startswith("psoperator_reconcile_duration_seconds_count")
     )
 
 

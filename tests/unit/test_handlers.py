@@ -145,7 +145,7 @@ def test_a_job_is_woken_by_its_spec_and_children_but_not_by_its_own_status(
         return ReconcilePlan(status={"phase": "Running"}, render=None)
 
     monkeypatch.setattr(handlers, "reconcile_once", count)
-    state = handlers.OperatorState(RecordingKube(), Metrics.create(), resync_seconds=3600)
+    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=3600)
     memo = kopf.Memo(state=state)
     log = logging.getLogger("test")
 
@@ -177,9 +177,7 @@ def test_a_job_is_woken_by_its_spec_and_children_but_not_by_its_own_status(
 
 
 def test_finished_and_suspended_jobs_resync_rarely_and_every_timer_is_jittered() -> None:
-    state = handlers.OperatorState(
-        RecordingKube(), Metrics.create(), resync_seconds=10, idle_resync_seconds=300
-    )
+    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=10, idle_resync_seconds=300)
 
     def waits(phase: str, requeue: float | None = None) -> set[float]:
         plan = ReconcilePlan(status={"phase": phase}, render=None, requeue_after=requeue)
