@@ -357,12 +357,15 @@ CHART = REPO / "charts" / "ps-training-operator"
 CHART_NAMESPACE = "psoperator-system"
 
 
-def chart_account_kubeconfig(kubeconfig: Path, k8s: client.ApiClient, path: Path) -> Path:
-    """Apply the chart's ServiceAccount and ClusterRole; write to `path` a kubeconfig with that
-    account's token, and return it."""
+def chart_account_kubeconfig(
+    kubeconfig: Path, k8s: client.ApiClient, release: str, path: Path, *values: str
+) -> Path:
+    """Applies the chart's ServiceAccount and RBAC (of `release`, with helm `--set` values) and
+    writes a kubeconfig with that account's token to `path`."""
+    sets = [arg for value in values for arg in ("--set", value)]
     rendered = subprocess.run(
-        [str(CACHE / "bin" / "helm"), "template", "psoperator", str(CHART), "--namespace", CHART_NAMESPACE,
-         "--kube-version", client.VersionApi(k8s).get_code().git_version,
+        [str(CACHE / "bin" / "helm"), "template", release, str(CHART), "--namespace", CHART_NAMESPACE,
+         "--kube-version", client.VersionApi(k8s).get_code().git_version, *sets,
          "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
@@ -395,7 +398,8 @@ def operator_kubeconfig(
     """A kubeconfig for the chart's own ServiceAccount, bound to the chart's own ClusterRole: the
     operator of every e2e test runs with exactly the RBAC a `helm install` grants, so a verb the
     chart lacks (or no longer needs) shows up as a failing test."""
-    return chart_account_kubeconfig(kubeconfig, k8s, tmp_path_factory.mktemp("operator") / "kubeconfig")
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    return chart_account_kubeconfig(kubeconfig, k8s, "psoperator", path)
 
 
 @pytest.fixture

@@ -144,7 +144,7 @@ def main() -> int:
     api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     workdir = Path(tempfile.mkdtemp(prefix="psoperator-bench-"))
-    operator_kubeconfig = chart_account_kubeconfig(kubeconfig, api, workdir / "kubeconfig")
+    operator_kubeconfig = chart_account_kubeconfig(kubeconfig, api, "psoperator", workdir / "kubeconfig")
     accounts = client.CoreV1Api(api).list_namespaced_service_account(CHART_NAMESPACE).items
     names = [str(a.metadata.name) for a in accounts if a.metadata and a.metadata.name != "default"]
     measure.count_operator_requests(api, names[0])

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd, kwok, kwokctl), the real node's kubelet, kube-proxy and CoreDNS, helm, and prometheus and
-# promtool (the metrics, alert and dashboard tests) from the Go module proxy into a cache outside
-# the repo.
+# etcd, kwok, kwokctl), the real node's kubelet, kube-proxy, CoreDNS and NetworkPolicy enforcer
+# (kube-network-policies), helm, and prometheus and promtool (the metrics, alert and dashboard
+# tests) from the Go module proxy into a cache outside the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
 set -euo pipefail
 
@@ -13,6 +13,7 @@ HELM_VERSION="${HELM_VERSION:-v3.19.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.7}"
 # The Go module of Prometheus 3.x.y is tagged v0.3xx.y: v0.316.0 is Prometheus 3.16.0.
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
+NETWORK_POLICIES_VERSION="${NETWORK_POLICIES_VERSION:-v0.8.0}"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
@@ -93,6 +94,19 @@ build_installable() {  # name version package [ldflags [tags]]
   mark "$1" "$2"
 }
 
+# SIG Network's NetworkPolicy enforcer (nftables and nfqueue): the CNI bridge plugin of the real
+# node enforces none. Its main package is .../cmd, which `go install` names "cmd".
+build_network_policies() {
+  local name=kube-network-policies version=$NETWORK_POLICIES_VERSION
+  have "$name" "$version" && { log "$name $version: cached"; return; }
+  local dir="$WORK/$name-$version"
+  mkdir -p "$dir"
+  log "$name $version: building"
+  GOBIN="$dir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/$name/cmd@$version"
+  mv "$dir/cmd" "$BIN/$name"
+  mark "$name" "$version"
+}
+
 log "cache: $BIN"
 build_etcd
 build_installable kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
@@ -106,4 +120,5 @@ prometheus_ld="-X github.com/prometheus/common/version.Version=3.$((10#$promethe
 # takes a cold build from about 20 to about 7 minutes on 2 cores.
 build_installable prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus "$prometheus_ld" remove_all_sd
 build_installable promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool "$prometheus_ld" remove_all_sd
+build_network_policies
 log "done: $(ls "$BIN" | tr '\n' ' ')"

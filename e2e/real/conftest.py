@@ -189,13 +189,20 @@ def install(kubeconfig: Path, release: str, namespace: str, *extra: str) -> None
 
 
 def operator_pod(api: client.ApiClient, namespace: str) -> dict[str, Any]:
+    """The active replica's pod: the one the leader Lease's holder (<pod name>_<pid>_<nonce>) names."""
+    leases = client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
+    holders = {
+        lease.spec.holder_identity.split("_")[0]
+        for lease in leases
+        if lease.spec and lease.spec.holder_identity
+    }
     listed = client.CoreV1Api(api).list_namespaced_pod(
         namespace, label_selector="app.kubernetes.io/name=ps-training-operator"
     )
     pods = [as_json(api, p) for p in listed.items]
-    running = [p for p in pods if p["status"].get("phase") == "Running"]
-    assert len(running) == 1, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
-    return running[0]
+    leading = [p for p in pods if p["status"].get("phase") == "Running" and p["metadata"]["name"] in holders]
+    assert len(leading) == 1, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
+    return leading[0]
 
 
 @pytest.fixture(scope="session")

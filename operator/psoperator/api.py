@@ -212,12 +212,37 @@ class RunPolicy(_Model):
     )
 
 
+# What the API server requires of a pod's schedulerName and priorityClassName: a DNS-1123 subdomain.
+# Checked here, so a bad name is refused with the job instead of failing every pod's creation.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
 class SchedulingSpec(_Model):
     scheduler_name: str | None = Field(
-        None, alias="schedulerName", description="Scheduler of every pod, e.g. volcano."
+        None,
+        alias="schedulerName",
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Scheduler of every pod, e.g. volcano (a DNS subdomain).",
     )
     priority_class_name: str | None = Field(
-        None, alias="priorityClassName", description="PriorityClass of every pod."
+        None,
+        alias="priorityClassName",
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="PriorityClass of every pod (a DNS subdomain).",
+    )
+
+
+class NetworkPolicySpec(_Model):
+    enabled: bool = Field(
+        True,
+        description=(
+            "Isolate the job's pods with NetworkPolicies (TensorFlow's gRPC has no authentication): "
+            "the gRPC port takes connections only from the job's own pods, the chief's progress port "
+            "only from the operator's namespace, and nothing else gets in; your own NetworkPolicies "
+            "add to these. Needs a network plugin that enforces NetworkPolicy. Set false to remove them."
+        ),
     )
 
 
@@ -275,6 +300,11 @@ class PSTrainingJobSpec(_Model):
     )
     model: ModelHints | None = Field(
         None, description="Model size hints, used to check that the parameter servers fit it."
+    )
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=NetworkPolicySpec,
+        alias="networkPolicy",
+        description="Ingress isolation of the job's pods (on by default).",
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     from psoperator.faults import faults_from_environment
     from psoperator.handlers import OperatorState
     from psoperator.kube import Kube, load_config
+    from psoperator.leader import Election
     from psoperator.metrics import Metrics
 
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
@@ -73,10 +75,17 @@ def _run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
+    election = None
+    if args.leader_election:
+        if not args.operator_namespace:
+            return _usage_error("run", "--leader-election needs --operator-namespace (or $POD_NAMESPACE)")
+        election = Election(args.operator_namespace, args.leader_election, args.lease_seconds)
     state = OperatorState(
+        election=election,
         kube=Kube(on_error=metrics.api_error),
         metrics=metrics,
         cluster_domain=args.cluster_domain,
+        operator_namespace=args.operator_namespace or None,
         resync_seconds=args.resync_seconds,
         progress_port=args.progress_port,
         faults=faults,
@@ -183,6 +192,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--cluster-domain", default="cluster.local")
     run.add_argument(
+        "--operator-namespace",
+        default=os.environ.get("POD_NAMESPACE", ""),
+        help=(
+            "the namespace the operator runs in (default: $POD_NAMESPACE, which the chart sets): "
+            "the jobs' NetworkPolicies let only it read the chiefs' progress port"
+        ),
+    )
+    run.add_argument(
+        "--leader-election",
+        metavar="LEASE",
+        default="",
+        help=(
+            "run as one of several replicas: only the holder of the coordination.k8s.io Lease LEASE "
+            "in --operator-namespace reconciles jobs (off when empty)"
+        ),
+    )
+    run.add_argument(
+        "--lease-seconds",
+        type=int,
+        default=8,
+        help="how long the Lease lasts unrenewed before another replica takes over",
+    )
+    run.add_argument(
         "--resync-seconds",
         type=float,
         default=10.0,
@@ -220,8 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _env_int(name: str, default: int) -> int:
-    import os
-
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else default
 

@@ -37,6 +37,7 @@ from pydantic_core import core_schema
 
 from psoperator import GROUP, KIND, PLURAL, VERSION
 from psoperator.api import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.contract import DEFAULT_PROGRESS_PORT
 
 SINGULAR = "pstrainingjob"
 SHORT_NAMES = ["psjob", "psjobs"]
@@ -93,11 +94,43 @@ def _replica_rules(role: str, maximum: int, what: str, why_immutable: str) -> li
     ]
 
 
-def _template_rule(role: str) -> Rule:
-    return _immutable_optional(
-        "template",
-        f"spec.{role}.template is immutable after creation: running pods would not follow it; delete "
-        "and recreate the job (it resumes from its checkpoint)",
+def _has_containers(role: str) -> Rule:
+    """On a role: its template runs at least one container."""
+    return Rule(
+        "has(self.template) && has(self.template.spec) && size(self.template.spec.containers) > 0",
+        f"spec.{role}.template.spec.containers must hold at least one container: the {role}'s "
+        "training code runs in it",
+        field_path=".template",
+    )
+
+
+def _template_rules(role: str) -> list[Rule]:
+    """On a role: its template runs at least one container, and cannot change after creation."""
+    return [
+        _has_containers(role),
+        _immutable_optional(
+            "template",
+            f"spec.{role}.template is immutable after creation: running pods would not follow it; delete "
+            "and recreate the job (it resumes from its checkpoint)",
+        ),
+    ]
+
+
+def _images_rule(role: str) -> Rule:
+    """On the spec: without spec.image, every container of the role's template names its own."""
+    pod = f"self.{role}.template.spec"
+    named = "all(c, has(c.image) && size(c.image) > 0)"
+    rule = (
+        f"has(self.image) || !has(self.{role}.template) || !has({pod}) || "
+        f"({pod}.containers.{named} && (!has({pod}.initContainers) || {pod}.initContainers.{named}))"
+    )
+    if role == "evaluator":
+        rule = f"!has(self.evaluator) || {rule}"
+    return Rule(
+        rule,
+        f"spec.{role}.template: every container and init container needs an image when spec.image "
+        "is not set; the pod could not be created",
+        field_path=f".{role}.template",
     )
 
 
@@ -127,6 +160,7 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
             "model",
             "spec.model is immutable after creation: the parameter servers were sized for it",
         ),
+        *(_images_rule(role) for role in ("chief", "ps", "worker", "evaluator")),
     ],
     ("spec", "port"): [
         Rule(
@@ -134,11 +168,16 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
             "spec.port must be a TCP port from 1 to 65535: every task serves gRPC on it",
         ),
         Rule(
+            f"self != {DEFAULT_PROGRESS_PORT}",
+            f"spec.port must not be {DEFAULT_PROGRESS_PORT}: the chief serves its progress report on that "
+            "port (PSOP_PROGRESS_PORT)",
+        ),
+        Rule(
             "self == oldSelf",
             "spec.port is immutable after creation: every task's TF_CONFIG names it",
         ),
     ],
-    ("spec", "chief"): [_template_rule("chief")],
+    ("spec", "chief"): _template_rules("chief"),
     ("spec", "chief", "replicas"): [
         Rule(
             "self == 1",
@@ -146,7 +185,7 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
             "coordinates the training",
         ),
     ],
-    ("spec", "ps"): [_template_rule("ps")],
+    ("spec", "ps"): _template_rules("ps"),
     ("spec", "ps", "replicas"): _replica_rules(
         "ps",
         MAX_REPLICAS,
@@ -154,7 +193,7 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
         "the variables are sharded over the parameter servers, and re-sharding a running job is not "
         "supported in v1alpha1; delete and recreate the job (it resumes from its checkpoint)",
     ),
-    ("spec", "worker"): [_template_rule("worker")],
+    ("spec", "worker"): _template_rules("worker"),
     ("spec", "worker", "replicas"): _replica_rules(
         "worker",
         MAX_WORKERS,
@@ -162,6 +201,7 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
         "resizing the workers of a running job is not supported in v1alpha1; delete and recreate "
         "the job (it resumes from its checkpoint)",
     ),
+    ("spec", "evaluator"): [_has_containers("evaluator")],  # immutable as a whole (a rule on spec)
     ("spec", "checkpoint"): [
         Rule(
             "self == oldSelf",

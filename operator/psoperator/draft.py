@@ -69,6 +69,7 @@ class Draft:
     now: datetime
     created: datetime | None = None  # the job's creationTimestamp
     cluster_domain: str = "cluster.local"
+    operator_namespace: str | None = None
     events: list[Event] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     startup_seconds: float | None = None
@@ -82,13 +83,20 @@ class Draft:
     delete_pods: list[PodDeletion] = field(default_factory=list)
 
     @classmethod
-    def start(cls, job: Obj, observed: Observed, now: datetime, cluster_domain: str) -> Draft:
+    def start(
+        cls,
+        job: Obj,
+        observed: Observed,
+        now: datetime,
+        cluster_domain: str,
+        operator_namespace: str | None = None,
+    ) -> Draft:
         old = PSTrainingJobStatus.model_validate(job.get("status") or {})
         status = old.model_copy(deep=True)
         meta = job.get("metadata", {})
         status.observed_generation = meta.get("generation")
         created = parse_time(meta.get("creationTimestamp"))
-        return cls(old, status, observed, now, created, cluster_domain)
+        return cls(old, status, observed, now, created, cluster_domain, operator_namespace)
 
     def wake_in(self, seconds: float | None) -> None:
         """Reconcile again in `seconds` at the latest (None: no need), keeping the soonest asked."""
@@ -109,6 +117,7 @@ class Draft:
         """The children of the attempt the status names (after this reconcile's restart, if any)."""
         return RenderOptions(
             cluster_domain=self.cluster_domain,
+            operator_namespace=self.operator_namespace,
             attempt=self.status.restarts,
             suspended=suspended,
             stopped=stopped,

@@ -41,12 +41,14 @@ from psoperator.kube import (
     CHILD_KINDS,
     ChildChange,
     Kube,
+    StaleJob,
     fetch_progress,
     in_thread,
     merge_patch,
     owned_by,
     plan_children,
 )
+from psoperator.leader import Election, Elector
 from psoperator.metrics import Metrics
 from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
 from psoperator.policies import node_lost
@@ -64,7 +66,13 @@ UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
 # The children's watches (kopf resource selectors), each filtered by the API server to the objects
 # that carry the job label (settings.watching.label_selectors): other pods never reach the operator.
 PODS = ("v1", "pods")
-CHILDREN = (("v1", "services"), ("apps", "v1", "statefulsets"), ("batch", "v1", "jobs"), ("v1", "configmaps"))
+CHILDREN = (
+    ("v1", "services"),
+    ("apps", "v1", "statefulsets"),
+    ("batch", "v1", "jobs"),
+    ("v1", "configmaps"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+)
 # Timers are spread by this fraction either way, so jobs started together do not stay aligned.
 JITTER = 0.1
 # A woken loop waits this long for the rest of a burst of events of the job's objects.
@@ -81,6 +89,7 @@ class OperatorState:
     kube: Kube
     metrics: Metrics
     cluster_domain: str = "cluster.local"
+    operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
     resync_seconds: float = 10.0
     # Finished and suspended jobs: only their TTL and a resume need them, and both wake them.
     idle_resync_seconds: float = 300.0
@@ -97,6 +106,16 @@ class OperatorState:
     nodes: Mapping[str, Any] | None = None
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
+    # With leader election (several replicas), only the Lease's holder runs the jobs' loops; the
+    # others keep the jobs the watch shows, to start their loops when they take over.
+    election: Election | None = None
+    elector: Elector | None = None
+    election_task: asyncio.Task[None] | None = None
+    known: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leading
 
     def remember_departed(self, view: PodView) -> None:
         self.departed[view.uid] = view
@@ -122,18 +141,45 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.watching.server_timeout = 300
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
-    _state(memo).session = aiohttp.ClientSession()
+    state = _state(memo)
+    state.session = aiohttp.ClientSession()
     # The API calls' threads (kube.in_thread); kopf runs its sync handlers in an executor of its own.
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
+    state.metrics.leader.set(1 if state.election is None else 0)
+    if state.election is not None:
+        state.elector = Elector(
+            state.kube, state.election, lead=lambda: _lead(state), follow=lambda: _follow(state)
+        )
+        state.election_task = asyncio.create_task(state.elector.run(), name="leader-election")
+
+
+async def _lead(state: OperatorState) -> None:
+    """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
+    state.metrics.leader.set(1)
+    for key in sorted(state.known):
+        _start_loop(state, key, log)
+
+
+async def _follow(state: OperatorState) -> None:
+    """Another replica holds the Lease: no loop of ours may act any more."""
+    state.metrics.leader.set(0)
+    for key in list(state.loops):
+        await _stop_loop(state, key)
 
 
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     state = _state(memo)
+    if state.election_task is not None:
+        state.election_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await state.election_task
     for key in list(state.loops):
         await _stop_loop(state, key)
+    if state.elector is not None:
+        await state.elector.release()
     session = state.session
     if session is not None:
         await session.close()
@@ -178,17 +224,25 @@ async def job_changed(
         return
     key = (namespace, name)
     if type == "DELETED" or body.metadata.get("deletionTimestamp"):
+        state.known.discard(key)
         await _stop_loop(state, key)
         state.cache.forget(key)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
-    if key not in state.loops:
-        state.wakeups[key] = asyncio.Event()
-        state.loops[key] = asyncio.create_task(
-            run_job(state, namespace, name, logger), name=f"{namespace}/{name}"
-        )
-    elif changed:
-        _wake(state, key)
+    state.known.add(key)
+    if state.leading:
+        started = _start_loop(state, key, logger)
+        if changed and not started:
+            _wake(state, key)
+
+
+def _start_loop(state: OperatorState, key: tuple[str, str], logger: Any) -> bool:
+    """Start the job's loop unless it runs; True when this started it."""
+    if key in state.loops:
+        return False
+    state.wakeups[key] = asyncio.Event()
+    state.loops[key] = asyncio.create_task(run_job(state, *key, logger), name="/".join(key))
+    return True
 
 
 async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
@@ -198,6 +252,17 @@ async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await loop
+        # A loop cancelled before it ever ran did not clean up after itself.
+        _drop_loop(state, key, loop)
+
+
+def _drop_loop(state: OperatorState, key: tuple[str, str], loop: asyncio.Task[None] | None) -> None:
+    """The job's loop is over: it is forgotten (unless a newer one took its place), and its series."""
+    if state.loops.get(key) is loop:
+        state.loops.pop(key)
+        state.wakeups.pop(key, None)
+    state.metrics.forget(*key)  # a deleted job leaves no series behind
+    state.metrics.jobs_managed.set(len(state.loops))
 
 
 @kopf.on.event(*PODS, labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
@@ -214,6 +279,7 @@ async def pod_changed(type: str, body: kopf.Body, memo: Any, logger: Any, **_: A
 @kopf.on.event(*CHILDREN[1], labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
 @kopf.on.event(*CHILDREN[2], labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
 @kopf.on.event(*CHILDREN[3], labels={LABEL_JOB: kopf.PRESENT}, id="configmap-changed")
+@kopf.on.event(*CHILDREN[4], labels={LABEL_JOB: kopf.PRESENT}, id="networkpolicy-changed")
 async def child_changed(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
     state = _state(memo)
     _wake(state, state.cache.child_seen(type, dict(body)))
@@ -302,7 +368,14 @@ async def _decide(
     attempt = int((job.get("status") or {}).get("restarts") or 0)
     report = report or await _progress(state, observed, attempt)
     now = datetime.now(UTC)
-    plan = plan_reconcile(job, observed, report, now, cluster_domain=state.cluster_domain)
+    plan = plan_reconcile(
+        job,
+        observed,
+        report,
+        now,
+        cluster_domain=state.cluster_domain,
+        operator_namespace=state.operator_namespace,
+    )
     if plan.render is None:
         return Decision(plan, report, [], [], [], now)
     desired = render_children(job, plan.render)
@@ -351,7 +424,8 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
     namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
-        written = await in_thread(state.kube.patch_job_status, namespace, name, patch)
+        version = job["metadata"]["resourceVersion"]
+        written = await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
         state.cache.job_seen(namespace, name, written)
         state.cache.written_at[(namespace, name)] = time.monotonic()
     state.metrics.record(namespace, name, read_job(job, plan, decision.now))
@@ -380,7 +454,7 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
         for ref in result.rejected:
             kopf.warn(job, reason="ChildRejected", message=ref)
         if result.created or result.deleted:
-            logger.info("created %s, replaced %s", result.created, result.deleted)
+            logger.info("created %s, deleted %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
 
@@ -410,6 +484,10 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
                 plan = await reconcile_once(state, namespace, name, logger)
                 state.metrics.reconciled("ok", time.monotonic() - started)
                 wait = resync_after(state, plan)
+            except StaleJob as stale:  # another writer got there first: read it again at once
+                logger.info("%s; reconciling it again", stale)
+                plan, wait = None, 0.0
+                state.cache.read_at.pop(key, None)  # from the API, not from the watch
             except Exception:  # one bad reconcile must not end the job's loop
                 logger.exception("reconcile failed; retrying")
                 state.metrics.reconciled("error", time.monotonic() - started)
@@ -422,8 +500,4 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
                 await asyncio.wait_for(wake.wait(), timeout=wait)
             await asyncio.sleep(SETTLE_SECONDS)
     finally:
-        if state.loops.get(key) is asyncio.current_task():
-            state.loops.pop(key)
-            state.wakeups.pop(key, None)
-        state.metrics.forget(namespace, name)  # a deleted job leaves no series behind
-        state.metrics.jobs_managed.set(len(state.loops))
+        _drop_loop(state, key, asyncio.current_task())

@@ -40,6 +40,7 @@ _PATHS = {
     "Service": ("/api/v1", "services"),
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Job": ("/apis/batch/v1", "jobs"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 
 
@@ -74,6 +75,13 @@ def merge_patch(old: Any, new: Any) -> Any:
     return patch
 
 
+_LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+class StaleJob(Exception):
+    """The job changed since it was read: the status computed from it was not written."""
+
+
 @dataclass
 class ApplyResult:
     created: list[str] = field(default_factory=list)
@@ -87,6 +95,7 @@ class ChildVerb(enum.Enum):
     CREATE = "create"
     PATCH = "patch"
     KEEP = "keep"  # only the replaced object is deleted (the chief is held)
+    DELETE = "delete"  # owned and no longer wanted (NetworkPolicies switched off)
 
 
 @dataclass(frozen=True)
@@ -110,8 +119,9 @@ def plan_children(
     hold_chief: bool = False,
 ) -> tuple[list[ChildChange], ApplyResult]:
     """What to change so that the children are as desired, decided without the API: create what is
-    missing, patch what differs (by hash), replace a chief Job of an old attempt. Objects of the same
-    name that the job does not own are left alone (the result's `conflicts`).
+    missing, patch what differs (by hash), replace a chief Job of an old attempt, delete what the job
+    owns and no longer wants. Objects of the same name that the job does not own are left alone (the
+    result's `conflicts`).
 
     Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
     (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
@@ -127,6 +137,8 @@ def plan_children(
             result.conflicts.append(f"{kind}/{name}")
             continue
         replace = current is not None and kind == "Job" and _attempt(current) != _attempt(manifest)
+        if current is not None and replace and _newer(_attempt(current), _attempt(manifest)):
+            continue  # a replica that read an older status: the newer attempt is not its to replace
         if not create_missing and (current is None or replace):
             continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
         if current is None or replace:
@@ -139,6 +151,10 @@ def plan_children(
             != manifest["metadata"]["annotations"][ANNOTATION_HASH]
         ):
             changes.append(ChildChange(manifest, ChildVerb.PATCH))
+    wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
+    for key, current in live.items():
+        if key not in wanted and key[0] in _PATHS and owned_by(current, owner_uid):
+            changes.append(ChildChange(current, ChildVerb.DELETE))
     return changes, result
 
 
@@ -198,13 +214,20 @@ class Kube:
                 return None
             raise
 
-    def patch_job_status(self, namespace: str, name: str, patch: Obj) -> Obj:
-        return self._call(
-            "PATCH",
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status",
-            {"status": patch},
-            content_type="application/merge-patch+json",
-        )
+    def patch_job_status(self, namespace: str, name: str, patch: Obj, resource_version: str) -> Obj:
+        """Patch the status computed from the job at `resource_version`; StaleJob (409) if it moved
+        since (a write of another replica, a spec change): the caller reads it again."""
+        try:
+            return self._call(
+                "PATCH",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status",
+                {"metadata": {"resourceVersion": resource_version}, "status": patch},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status == 409:
+                raise StaleJob(f"{namespace}/{name} changed since version {resource_version}") from None
+            raise
 
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         self._delete_at(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}", uid)
@@ -217,6 +240,31 @@ class Kube:
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
+
+    # --- the leader Lease ------------------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._call("GET", f"{_LEASES.format(namespace=namespace)}/{name}")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def write_lease(self, lease: Obj) -> bool:
+        """Create the Lease, or replace the version it names; False when another replica got there first."""
+        meta = lease["metadata"]
+        path = _LEASES.format(namespace=meta["namespace"])
+        try:
+            if meta.get("resourceVersion"):
+                self._call("PUT", f"{path}/{meta['name']}", lease)
+            else:
+                self._call("POST", path, lease)
+        except ApiException as error:
+            if error.status in (404, 409):  # created, changed or deleted meanwhile
+                return False
+            raise
+        return True
 
     # --- children --------------------------------------------------------------------------
 
@@ -251,10 +299,11 @@ class Kube:
         for change in changes:
             kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
             ref = f"{kind}/{name}"
-            if change.replaced is not None:
-                self._delete_at(self._path(kind, namespace, name), change.replaced["metadata"]["uid"])
+            gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
+            if gone is not None:
+                self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
                 result.deleted.append(ref)
-            if change.verb is ChildVerb.KEEP:
+            if change.verb in (ChildVerb.KEEP, ChildVerb.DELETE):
                 continue
             try:
                 if change.verb is ChildVerb.CREATE:
@@ -300,6 +349,10 @@ class Kube:
         for d in deletions:
             path = f"/api/v1/namespaces/{namespace}/pods/{d.pod}"
             self._delete_at(path, d.uid, gracePeriodSeconds=d.grace_seconds)
+
+
+def _newer(live: str | None, wanted: str | None) -> bool:
+    return bool(live and wanted and live.isdigit() and wanted.isdigit() and int(live) > int(wanted))
 
 
 def _reason(error: ApiException) -> str:

@@ -156,6 +156,12 @@ class Metrics:
         self.jobs_managed = self._gauge(
             "psoperator_jobs_managed", "Jobs the operator runs a reconcile loop for.", ()
         )
+        self.leader = self._gauge(
+            "psoperator_leader",
+            "1 while this replica holds the leader Lease and runs the jobs (always 1 without leader "
+            "election), 0 while it stands by.",
+            (),
+        )
         for outcome in OUTCOMES:  # present from the start, so that rate() sees the first error
             self.reconciles.labels(outcome)
             self.reconcile_duration.labels(outcome)

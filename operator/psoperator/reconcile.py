@@ -340,8 +340,9 @@ def plan_reconcile(
     now: datetime,
     *,
     cluster_domain: str = "cluster.local",
+    operator_namespace: str | None = None,
 ) -> ReconcilePlan:
-    d = Draft.start(job, observed, now, cluster_domain)
+    d = Draft.start(job, observed, now, cluster_domain, operator_namespace)
     try:
         spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as error:

@@ -45,15 +45,19 @@ def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm, *args], capture_output=True, text=True, timeout=60, check=False)
 
 
-def render(helm: str, *args: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The chart's objects by (kind, name)."""
+def documents(helm: str, *args: str) -> list[dict[str, Any]]:
+    """The chart's objects, as `helm template` renders them."""
     result = run_helm(
         helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args
     )
     assert result.returncode == 0, result.stderr
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    objects = [o for o in yaml.load_all(result.stdout, Loader=loader) if o]
-    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    return [o for o in yaml.load_all(result.stdout, Loader=loader) if o]
+
+
+def render(helm: str, *args: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The chart's objects by (kind, name)."""
+    return {(o["kind"], o["metadata"]["name"]): o for o in documents(helm, *args)}
 
 
 def chart_yaml() -> dict[str, Any]:
@@ -85,24 +89,30 @@ def test_clusters_older_than_1_28_are_refused(helm: str) -> None:
 
 def test_default_objects(helm: str) -> None:
     kinds = sorted(kind for kind, _ in render(helm))
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    assert kinds == [
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding",
+        "Service", "ServiceAccount",
+    ]  # fmt: skip
 
 
 def test_deployment(helm: str) -> None:
     objects = render(helm)
     deployment = one(objects, "Deployment")
     assert deployment["metadata"]["namespace"] == NAMESPACE
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2  # one leads, the other takes over
+    assert "strategy" not in deployment["spec"]  # a rolling update: the Lease hands over
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == one(objects, "ServiceAccount")["metadata"]["name"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     [container] = pod["containers"]
     assert container["image"] == f"ps-training-operator:{chart_yaml()['appVersion']}"
     assert container["args"] == [
-        "run", "--all-namespaces", "--standalone", "--liveness=http://0.0.0.0:8080/healthz"
+        "run", "--all-namespaces", "--standalone", f"--leader-election={RELEASE}-ps-training-operator",
+        "--lease-seconds=8", "--liveness=http://0.0.0.0:8080/healthz",
     ]  # fmt: skip
     assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9090"} in container["env"]
+    namespace = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    assert namespace in container["env"]  # --operator-namespace: who may read the chiefs' progress
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
@@ -129,7 +139,7 @@ def test_values_drive_image_and_extra_args(helm: str) -> None:
     )
     [container] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/psop:dev"
-    assert container["args"][4:] == ["--verbose", "--log-format=json"]
+    assert container["args"][6:] == ["--verbose", "--log-format=json"]
     assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9191"} in container["env"]
     assert one(objects, "Service")["spec"]["ports"][0]["port"] == 9191
 
@@ -148,23 +158,51 @@ def _expect(groups: list[str], resources: list[str], verbs: str) -> set[tuple[st
     return {(g, r, v) for g in groups for r in resources for v in verbs.split()}
 
 
+OWNED = "list watch create patch delete"
+# What the operator does in the namespaces of its jobs.
+NAMESPACED = (
+    _expect(["psoperator.io"], ["pstrainingjobs"], "get list watch patch delete")
+    | _expect(["psoperator.io"], ["pstrainingjobs/status"], "patch")
+    | _expect(["psoperator.io"], ["pstrainingjobs/finalizers"], "update")
+    | _expect([""], ["services", "configmaps"], OWNED)
+    | _expect(["apps"], ["statefulsets"], OWNED)
+    | _expect(["batch"], ["jobs"], OWNED)
+    | _expect(["networking.k8s.io"], ["networkpolicies"], OWNED)
+    | _expect([""], ["pods"], "list watch delete")
+    | _expect(["", "events.k8s.io"], ["events"], "create patch")
+)
+CLUSTER_SCOPED = _expect([""], ["nodes"], "list watch") | _expect(
+    ["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch"
+)
+
+
 def test_cluster_role_grants_exactly_what_the_operator_needs(helm: str) -> None:
-    owned = "get list watch create patch delete"
-    expected = (
-        _expect(["psoperator.io"], ["pstrainingjobs"], "get list watch patch delete")
-        | _expect(["psoperator.io"], ["pstrainingjobs/status"], "patch")
-        | _expect(["psoperator.io"], ["pstrainingjobs/finalizers"], "update")
-        | _expect([""], ["services", "configmaps"], owned)
-        | _expect(["apps"], ["statefulsets"], owned)
-        | _expect(["batch"], ["jobs"], owned)
-        | _expect([""], ["pods"], "get list watch delete")
-        | _expect([""], ["nodes"], "list watch")
-        | _expect(["", "events.k8s.io"], ["events"], "create patch")
-        | _expect([""], ["namespaces"], "list watch")
-        | _expect(["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch")
-    )
+    expected = NAMESPACED | CLUSTER_SCOPED | _expect([""], ["namespaces"], "list watch")
     objects = render(helm)
     assert _grants(one(objects, "ClusterRole")["rules"]) == expected
+
+
+def test_namespace_scoped_mode_grants_roles_in_the_listed_namespaces_only(helm: str) -> None:
+    listed = documents(helm, "--set", "watchNamespaces={team-a,team-b}")
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in listed}
+    assert _grants(one(objects, "ClusterRole")["rules"]) == CLUSTER_SCOPED
+    jobs_rbac = [o for o in listed if not o["metadata"]["name"].endswith("-leader-election")]
+    roles = [o for o in jobs_rbac if o["kind"] == "Role"]
+    bindings = [o for o in jobs_rbac if o["kind"] == "RoleBinding"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert all(_grants(r["rules"]) == NAMESPACED for r in roles)
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": roles[0]["metadata"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    [container] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:4] == ["run", "--namespace=team-a", "--namespace=team-b", "--standalone"]
+    assert "--all-namespaces" not in container["args"]
 
 
 def test_binding_ties_the_role_to_the_service_account(helm: str) -> None:
@@ -236,7 +274,7 @@ def test_rbac_and_service_account_can_be_brought_by_the_user(helm: str) -> None:
         "--set",
         "serviceAccount.name=ops-sa",
     )
-    assert sorted(kind for kind, _ in objects) == ["Deployment", "Service"]
+    assert sorted(kind for kind, _ in objects) == ["Deployment", "PodDisruptionBudget", "Service"]
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
 
 
@@ -245,9 +283,27 @@ def test_the_chart_installs_the_generated_crd(helm: str) -> None:
     assert objects[("CustomResourceDefinition", crd.CRD_NAME)] == crd.render_crd()
 
 
-def test_replica_count_is_zero_or_one(helm: str) -> None:
-    assert one(render(helm, "--set", "replicaCount=0"), "Deployment")["spec"]["replicas"] == 0
-    refused = run_helm(
-        helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--set", "replicaCount=2"
+def test_two_replicas_on_different_nodes_one_kept_through_drains(helm: str) -> None:
+    objects = render(helm)
+    pod = one(objects, "Deployment")["spec"]["template"]
+    [term] = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     )
-    assert refused.returncode != 0 and "replicaCount must be 0 or 1" in refused.stderr
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    single = render(helm, "--set", "replicaCount=1")
+    assert one(single, "Deployment")["spec"]["replicas"] == 1
+    assert not [kind for kind, _ in single if kind == "PodDisruptionBudget"]  # it would block every drain
+
+
+def test_the_leader_lease_is_granted_in_the_operators_namespace_only(helm: str) -> None:
+    objects = render(helm)
+    role = objects[("Role", f"{RELEASE}-ps-training-operator-leader-election")]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert _grants(role["rules"]) == _expect(["coordination.k8s.io"], ["leases"], "get create update")
+    binding = objects[("RoleBinding", f"{RELEASE}-ps-training-operator-leader-election")]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == one(objects, "ServiceAccount")["metadata"]["name"]

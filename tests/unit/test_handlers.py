@@ -122,6 +122,7 @@ def test_children_watches_are_filtered_by_the_api_server_to_the_job_label() -> N
         ("", "v1", "configmaps"),
         ("apps", "v1", "statefulsets"),
         ("batch", "v1", "jobs"),
+        ("networking.k8s.io", "v1", "networkpolicies"),
     ]:
         assert selectors.collect(Resource(group, version, plural)) == [LABEL_JOB], plural
     # The jobs themselves and the nodes are watched whole.
@@ -187,3 +188,26 @@ def test_finished_and_suspended_jobs_resync_rarely_and_every_timer_is_jittered()
     assert all(9 <= w <= 11 for w in running) and len(running) > 1
     assert all(270 <= w <= 330 for w in succeeded | suspended) and len(succeeded) > 1
     assert waits("Succeeded", requeue=42) == {42}  # the TTL comes first
+
+
+def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking the Lease starts the known jobs' loops and says so in psoperator_leader; losing it
+    stops them and says so too."""
+
+    async def idle(*_: Any) -> ReconcilePlan:
+        await asyncio.sleep(3600)
+        return ReconcilePlan(status={}, render=None)
+
+    monkeypatch.setattr(handlers, "reconcile_once", idle)
+    state = handlers.OperatorState(RecordingKube(), Metrics(), known={("ns", "ctr")})
+
+    def leader() -> float | None:
+        return state.metrics.registry.get_sample_value("psoperator_leader")
+
+    async def scenario() -> None:
+        await handlers._lead(state)
+        assert leader() == 1 and ("ns", "ctr") in state.loops
+        await handlers._follow(state)
+        assert leader() == 0 and not state.loops
+
+    asyncio.run(scenario())

@@ -6,10 +6,11 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from psoperator.draft import PodDeletion
-from psoperator.kube import Kube
+from psoperator.kube import Kube, StaleJob
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_ATTEMPT
 from tests.unit.builders import NS, job
@@ -132,7 +133,8 @@ def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
     live = _live(render_children(job()))
     desired = render_children(job(failurePolicy={"permanentExitCodes": [3]}), suspended=True)
     kube = RecordingKube()
-    kube.apply_children(NS, "job-uid", [m for m in desired if m["kind"] == "Job"], live)
+    jobs = [m for m in desired if m["kind"] == "Job"]
+    kube.apply_children(NS, "job-uid", jobs, [o for o in live if o["kind"] == "Job"])
     [(method, path)] = kube.calls
     content_type, body = kube.bodies[0]
     assert (method, path, content_type) == ("PATCH", CHIEF_PATH, "application/merge-patch+json")
@@ -157,3 +159,48 @@ def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
     assert kube.calls == [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
     _, body = kube.bodies[0]
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
+
+
+def test_network_policies_switched_off_are_deleted_and_what_is_not_ours_is_left() -> None:
+    live = _live(render_children(job(), operator_namespace="ops"))
+    foreign = copy.deepcopy(next(o for o in live if o["metadata"]["name"] == "ctr-peers"))
+    foreign["metadata"].update(name="theirs", ownerReferences=[{"uid": "someone-else"}])
+    desired = render_children(job(networkPolicy={"enabled": False}), operator_namespace="ops")
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, [*live, foreign])
+    assert result.deleted == ["NetworkPolicy/ctr-peers", "NetworkPolicy/ctr-chief-progress"]
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
+    assert kube.calls == [("DELETE", f"{policies}/ctr-peers"), ("DELETE", f"{policies}/ctr-chief-progress")]
+    assert result.created == result.patched == []
+
+
+def test_a_chief_job_of_a_newer_attempt_than_the_status_read_is_never_deleted() -> None:
+    """A replica that read an older status (split brain) must not undo the other's restart."""
+    live = _live(render_children(job(), attempt=3))
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", render_children(job(), attempt=2), live)
+    assert result.deleted == [] and result.created == []
+    assert all(method != "DELETE" for method, _ in kube.calls)
+
+
+def test_the_status_is_written_with_the_version_it_was_computed_from() -> None:
+    kube = RecordingKube()
+    kube.patch_job_status(NS, "ctr", {"phase": "Running"}, "42")
+    [(method, path)] = kube.calls
+    assert (method, path) == (
+        "PATCH",
+        f"/apis/psoperator.io/v1alpha1/namespaces/{NS}/pstrainingjobs/ctr/status",
+    )
+    assert kube.bodies == [
+        (
+            "application/merge-patch+json",
+            {"metadata": {"resourceVersion": "42"}, "status": {"phase": "Running"}},
+        )
+    ]
+
+
+def test_a_status_write_refused_as_stale_says_so() -> None:
+    kube = RecordingKube()
+    kube.wire.status = 409
+    with pytest.raises(StaleJob):
+        kube.patch_job_status(NS, "ctr", {"phase": "Running"}, "42")

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from psoperator import cli, metrics_doc
 from psoperator.api import PSTrainingJobStatus
 from psoperator.contract import ProgressReport
+from psoperator.kube import StaleJob
 from psoperator.metrics import Metrics
 from psoperator.readings import STEP_RATE_IDLE_SECONDS, JobReading, read_job, step_rate
 from psoperator.reconcile import plan_reconcile
@@ -177,8 +177,8 @@ def test_operator_metrics_count_reconciles_and_api_errors() -> None:
     kube = RecordingKube()
     kube.on_error = metrics.api_error
     kube.wire.status = 409
-    with pytest.raises(ApiException):
-        kube.patch_job_status("ns", "ctr", {"phase": "Running"})
+    with pytest.raises(StaleJob):  # a 409 on a status write: the job changed since it was read
+        kube.patch_job_status("ns", "ctr", {"phase": "Running"}, "7")
     assert value(metrics, "psoperator_reconciles_total", outcome="error") == 1
     assert value(metrics, "psoperator_reconcile_duration_seconds_count", outcome="ok") == 1
     assert value(metrics, "psoperator_api_errors_total", verb="PATCH", code="409") == 1

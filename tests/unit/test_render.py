@@ -17,6 +17,7 @@ from psoperator.render.names import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINE
 from tests.unit.builders import JOB, NS, job
 
 GOLDEN = Path(__file__).parent / "golden"
+POD_OWNERS = ("StatefulSet", "Job")
 EXAMPLE = Path(__file__).parents[2] / "examples" / "ctr-job.yaml"
 
 
@@ -45,7 +46,8 @@ def _example() -> dict[str, Any]:
 
 
 def test_example_matches_golden_file() -> None:
-    rendered = yaml.safe_dump_all(render_children(_example()), sort_keys=True)
+    options = RenderOptions(operator_namespace="psoperator-system")
+    rendered = yaml.safe_dump_all(render_children(_example(), options), sort_keys=True)
     golden = GOLDEN / "ctr-job.children.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered)
@@ -60,6 +62,7 @@ def test_children_of_a_job() -> None:
     kinds = sorted((m["kind"], m["metadata"]["name"]) for m in render_children(job()))
     assert kinds == [
         ("Job", "ctr-chief"),
+        ("NetworkPolicy", "ctr-peers"),
         ("Service", "ctr-chief"),
         ("Service", "ctr-ps"),
         ("Service", "ctr-worker"),
@@ -158,7 +161,7 @@ def test_checkpoint_volume_is_mounted_in_every_role() -> None:
     volume = {"persistentVolumeClaim": {"claimName": "ckpt"}}
     manifests = render_children(job(checkpoint={"dir": "/ckpt", "volume": volume}))
     for manifest in manifests:
-        if manifest["kind"] == "Service":
+        if manifest["kind"] not in POD_OWNERS:
             continue
         pod_spec = manifest["spec"]["template"]["spec"]
         assert {"name": "psoperator-checkpoint", **volume} in pod_spec["volumes"]
@@ -218,6 +221,15 @@ def test_pods_get_no_api_token_and_scheduling_settings() -> None:
     assert sts["spec"]["serviceName"] == "ctr-worker"
 
 
+def test_a_template_that_asks_for_an_api_token_gets_one() -> None:
+    asks = {"template": {"spec": {"automountServiceAccountToken": True, "containers": [{"name": "t"}]}}}
+    children = _by_kind(render_children(job(chief=asks)))
+    chief = children[("Job", "ctr-chief")]["spec"]["template"]["spec"]
+    assert chief["automountServiceAccountToken"] is True
+    ps = children[("StatefulSet", "ctr-ps")]["spec"]["template"]["spec"]
+    assert ps["automountServiceAccountToken"] is False
+
+
 def test_cluster_domain_is_configurable() -> None:
     sts = _by_kind(render_children(job(), cluster_domain="corp.example"))[("StatefulSet", "ctr-ps")]
     config = _kubelet_tf_config(sts["spec"]["template"]["spec"]["containers"][0], 0)
@@ -227,7 +239,7 @@ def test_cluster_domain_is_configurable() -> None:
 def test_every_pod_template_names_its_trainer_container() -> None:
     """Observing reads the trainer's status by this name: the kubelet sorts statuses by name."""
     for manifest in render_children(job(evaluator={"template": {"spec": {"containers": [{"name": "e"}]}}})):
-        if manifest["kind"] == "Service":
+        if manifest["kind"] not in POD_OWNERS:
             continue
         template = manifest["spec"]["template"]
         first = template["spec"]["containers"][0]["name"]

@@ -40,3 +40,57 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- define "psoperator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+
+{{/* What the operator does in the namespaces of its jobs: a Role each, or the ClusterRole. */}}
+{{- define "psoperator.namespacedRules" -}}
+# The jobs themselves: kopf patches status, its progress annotations and removes the finalizer
+# earlier versions put; the TTL of a finished job deletes it.
+- apiGroups: ["psoperator.io"]
+  resources: ["pstrainingjobs"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: ["psoperator.io"]
+  resources: ["pstrainingjobs/status"]
+  verbs: ["patch"]
+# Children carry an owner reference with blockOwnerDeletion, which clusters running the
+# OwnerReferencesPermissionEnforcement admission plugin allow only with this.
+- apiGroups: ["psoperator.io"]
+  resources: ["pstrainingjobs/finalizers"]
+  verbs: ["update"]
+# The children the operator lists and watches, creates (POST), changes (server-side apply: PATCH)
+# and replaces; never read one by one.
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Each job's NetworkPolicies (spec.networkPolicy): watched with the other children, created,
+# applied, deleted when switched off.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Pods are created by the StatefulSets and Jobs; the operator observes them and deletes them on
+# restart, on a lost node and at clean-up.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "delete"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* Cluster-scoped reads, in every mode. */}}
+{{- define "psoperator.clusterRules" -}}
+# Nodes are watched (their Ready condition only is kept): a node lost for
+# failurePolicy.nodeLostTimeoutSeconds gets the operator's pods on it force-deleted.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch"]
+# kopf: CRD discovery for the resources it serves.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end }}

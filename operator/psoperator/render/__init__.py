@@ -15,9 +15,10 @@ from typing import Any
 
 from psoperator import GROUP, KIND, VERSION
 from psoperator.api import PSTrainingJobSpec
-from psoperator.contract import Role
+from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
 from psoperator.render.names import ANNOTATION_HASH
+from psoperator.render.networkpolicy import render_peer_policy, render_progress_policy
 from psoperator.render.pod import Manifest, render_pod_template
 from psoperator.render.services import render_service
 from psoperator.render.statefulsets import render_statefulset
@@ -40,6 +41,9 @@ class RenderOptions:
     # Failed while the chief still ran (the deadline, a PS that never started): its Job is suspended,
     # which deletes its pod, so it does not train on against stopped parameter servers.
     chief_stopped: bool = False
+    # The operator's own namespace, which alone may read the chief's progress port; None (run out of
+    # cluster without --operator-namespace): no namespace may.
+    operator_namespace: str | None = None
 
 
 def changeable(manifest: Manifest) -> Manifest:
@@ -82,7 +86,8 @@ def _finish(manifest: Manifest, owner: Manifest) -> Manifest:
 
 
 def render_children(job: Manifest, options: RenderOptions | None = None, **overrides: Any) -> list[Manifest]:
-    """Every child of a job: Services, the ps and worker StatefulSets, the chief Job, the evaluator Job."""
+    """Every child of a job: Services, the ps and worker StatefulSets, the chief Job, the evaluator Job,
+    and the NetworkPolicies unless spec.networkPolicy.enabled is false."""
     opts = options or RenderOptions(**overrides)
     spec = PSTrainingJobSpec.model_validate(job["spec"])
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -148,4 +153,9 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
         children.append(
             render_evaluator_job(spec, name, namespace, evaluator_template, suspend=not workers_run)
         )
+    if spec.network_policy.enabled:
+        children.append(render_peer_policy(name, namespace, spec.port))
+        if opts.operator_namespace:
+            port = DEFAULT_PROGRESS_PORT  # the renderer gives every chief this PSOP_PROGRESS_PORT
+            children.append(render_progress_policy(name, namespace, port, opts.operator_namespace))
     return [_finish(child, owner) for child in children]

@@ -45,25 +45,22 @@ def tf_config_map_name(job_name: str) -> str:
     return f"{job_name}-tf-config"
 
 
-def job_labels(job_name: str) -> dict[str, str]:
-    """Labels of what belongs to the whole job rather than to one role."""
-    return {
-        "app.kubernetes.io/name": APP_NAME,
-        "app.kubernetes.io/instance": job_name,
-        "app.kubernetes.io/managed-by": MANAGER,
-        LABEL_JOB: job_name,
-    }
-
-
 def selector_labels(job_name: str, role: Role) -> dict[str, str]:
     """The labels that select one role's pods; immutable once a StatefulSet exists."""
     return {LABEL_JOB: job_name, LABEL_ROLE: role.value}
 
 
+def job_labels(job_name: str, component: str) -> dict[str, str]:
+    """Labels on every child of a job; LABEL_JOB is how the operator lists them."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": job_name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": MANAGER,
+        LABEL_JOB: job_name,
+    }
+
+
 def child_labels(job_name: str, role: Role) -> dict[str, str]:
     """Labels on every child object and pod of a role."""
-    return {
-        **job_labels(job_name),
-        "app.kubernetes.io/component": role.value,
-        **selector_labels(job_name, role),
-    }
+    return {**job_labels(job_name, role.value), **selector_labels(job_name, role)}

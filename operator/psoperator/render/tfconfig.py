@@ -56,7 +56,7 @@ def render_tf_config_map(job_name: str, namespace: str, cluster: dict[str, list[
         "metadata": {
             "name": tf_config_map_name(job_name),
             "namespace": namespace,
-            "labels": job_labels(job_name),
+            "labels": job_labels(job_name, "tf-config"),
         },
         "data": {TF_CONFIG_FILE: json.dumps({"cluster": cluster}, sort_keys=True, separators=(",", ":"))},
     }

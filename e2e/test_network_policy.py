@@ -1,0 +1,113 @@
+"""Each job's NetworkPolicies through the API server: created with the job, owned by it, restored
+when deleted by hand, deleted when switched off, and garbage-collected with the job.
+
+KWOK enforces no policy (its pods are not real): that they are enforced is shown on the real-kubelet
+cluster with an enforcer, in e2e/real/test_network_policy.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from e2e import psjobs
+from e2e.conftest import CHART_NAMESPACE, OperatorProcess
+from e2e.util import as_json, wait_for
+
+POLICIES = ("ctr-peers", "ctr-chief-progress")
+
+
+def _policies(k8s: client.ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
+    listed = client.NetworkingV1Api(k8s).list_namespaced_network_policy(
+        namespace, label_selector=f"{psjobs.LABEL_JOB}=ctr"
+    )
+    return {p["metadata"]["name"]: p for p in as_json(k8s, listed)["items"]}
+
+
+def _restart_as_in_cluster(operator: OperatorProcess) -> None:
+    """Out of cluster the operator has no namespace of its own: give it the chart's, as in-cluster."""
+    operator.stop()
+    operator.extra_args += ["--operator-namespace", CHART_NAMESPACE, "--resync-seconds", "2"]
+    operator.start()
+
+
+def test_a_jobs_network_policies_live_and_die_with_it(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    _restart_as_in_cluster(operator)
+    uid = psjobs.create(k8s, namespace, psjobs.manifest("ctr", port=2345))["metadata"]["uid"]
+
+    def both() -> dict[str, dict[str, Any]] | None:
+        found = _policies(k8s, namespace)
+        return found if set(found) == set(POLICIES) else None
+
+    policies = wait_for(
+        both,
+        timeout=30,
+        message=lambda: f"the job's NetworkPolicies, got {sorted(_policies(k8s, namespace))}",
+    )
+    for policy in policies.values():
+        [owner] = policy["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("PSTrainingJob", uid, True)
+    peers, progress = policies["ctr-peers"]["spec"], policies["ctr-chief-progress"]["spec"]
+    assert peers["podSelector"] == {"matchLabels": {psjobs.LABEL_JOB: "ctr"}}
+    assert peers["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 2345}]
+    assert progress["podSelector"]["matchLabels"] == {psjobs.LABEL_JOB: "ctr", psjobs.LABEL_ROLE: "chief"}
+    namespace_selector = progress["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]
+    assert namespace_selector == {"kubernetes.io/metadata.name": CHART_NAMESPACE}
+    # Every pod of the job is one the peers policy selects.
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    for role in ("chief", "ps", "worker"):
+        for pod in psjobs.pods(k8s, namespace, "ctr", role):
+            assert pod["metadata"]["labels"][psjobs.LABEL_JOB] == "ctr"
+
+    networking = client.NetworkingV1Api(k8s)
+    old_uid = policies["ctr-peers"]["metadata"]["uid"]
+    networking.delete_namespaced_network_policy("ctr-peers", namespace)
+    wait_for(
+        lambda: (
+            _policies(k8s, namespace).get("ctr-peers", {}).get("metadata", {}).get("uid")
+            not in (None, old_uid)
+        ),
+        timeout=30,
+        message="ctr-peers recreated after a deletion by hand",
+    )
+
+    psjobs.patch_spec(k8s, namespace, "ctr", {"networkPolicy": {"enabled": False}})
+    wait_for(
+        lambda: not _policies(k8s, namespace), timeout=30, message="the policies deleted when switched off"
+    )
+    psjobs.patch_spec(k8s, namespace, "ctr", {"networkPolicy": {"enabled": True}})
+    wait_for(lambda: set(_policies(k8s, namespace)) == set(POLICIES), timeout=30, message="switched on again")
+
+    client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
+        psjobs.GROUP, psjobs.VERSION, namespace, psjobs.PLURAL, "ctr"
+    )
+    wait_for(lambda: not _policies(k8s, namespace), timeout=60, message="the policies garbage-collected")
+
+
+def test_a_policy_of_the_same_name_it_does_not_own_is_left_alone(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    theirs = client.V1NetworkPolicy(
+        metadata=client.V1ObjectMeta(name="ctr-peers", labels={"team": "someone-else"}),
+        spec=client.V1NetworkPolicySpec(pod_selector=client.V1LabelSelector(), policy_types=["Ingress"]),
+    )
+    client.NetworkingV1Api(k8s).create_namespaced_network_policy(namespace, theirs)
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    events = client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr")
+    assert any(
+        e.reason == "NameConflict" and "NetworkPolicy/ctr-peers" in (e.message or "") for e in events.items
+    )
+    try:
+        kept = as_json(
+            k8s, client.NetworkingV1Api(k8s).read_namespaced_network_policy("ctr-peers", namespace)
+        )
+    except ApiException as error:  # pragma: no cover - the assertion message is the point
+        raise AssertionError(f"the operator deleted a policy it does not own: {error}") from error
+    assert (
+        kept["metadata"]["labels"] == {"team": "someone-else"} and "ownerReferences" not in kept["metadata"]
+    )

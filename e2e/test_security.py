@@ -1,0 +1,83 @@
+"""The operator's own security: the chart's namespace-scoped mode runs jobs with Roles only, and the
+operator's log holds neither environment values nor pod specs."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from e2e import chaos, psjobs
+from e2e.conftest import OperatorProcess, _kubectl, chart_account_kubeconfig, kubectl
+from e2e.util import wait_for
+
+SCOPED_RELEASE = "psop-scoped"
+
+
+@pytest.fixture
+def scoped_operator(
+    kubeconfig: Path, k8s: client.ApiClient, crd: str, namespace: str, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator as the chart's account with `watchNamespaces` = [namespace]: a Role there, and a
+    ClusterRole with the cluster-scoped reads only."""
+    path = chart_account_kubeconfig(
+        kubeconfig, k8s, SCOPED_RELEASE, tmp_path / "kubeconfig", f"watchNamespaces={{{namespace}}}"
+    )
+    handle = OperatorProcess(path, namespace, tmp_path / "operator.log")
+    handle.start()
+    yield handle
+    handle.stop()
+    selector = f"app.kubernetes.io/instance={SCOPED_RELEASE}"
+    kubectl(kubeconfig, "delete", "clusterrole,clusterrolebinding", "-l", selector, "--ignore-not-found")
+
+
+def _can(kubeconfig: Path, verb: str, resource: str, namespace: str) -> bool:
+    result = subprocess.run(
+        [_kubectl(), "--kubeconfig", str(kubeconfig), "auth", "can-i", verb, resource, "-n", namespace],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return result.stdout.strip() == "yes"
+
+
+def test_the_namespace_scoped_chart_runs_a_job_and_reaches_no_other_namespace(
+    k8s: client.ApiClient, namespace: str, scoped_operator: OperatorProcess
+) -> None:
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    account = scoped_operator.kubeconfig
+    assert _can(account, "delete", "pods", namespace)
+    assert not _can(account, "list", "pods", "default")
+    assert not _can(account, "list", "pstrainingjobs.psoperator.io", "default")
+    assert not _can(account, "list", "secrets", namespace)
+
+
+def test_the_operator_logs_no_environment_value_and_no_pod_spec(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """At --verbose, through a job's start and a coordinated restart."""
+    operator.stop()
+    operator.extra_args += ["--verbose"]
+    operator.start()
+    canary = f"psop-canary-{uuid.uuid4().hex}"
+    container = {"name": "trainer", "env": [{"name": "API_KEY", "value": canary}]}
+    template = {"template": {"spec": {"containers": [container]}}}
+    psjobs.create(
+        k8s, namespace, psjobs.manifest("ctr", chief=template, ps={"template": template["template"]})
+    )
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    wait_for(lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["psEstablished"], timeout=30)
+    chaos.fail_container(
+        k8s, namespace, psjobs.running_pod(k8s, namespace, "ctr", "ps", 0)["metadata"]["name"], 1
+    )
+    wait_for(
+        lambda: psjobs.status(k8s, namespace, "ctr").get("restarts") == 1, timeout=30, message="a restart"
+    )
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
+    log = operator.log_text()
+    assert "Handler 'job-changed' succeeded" in log  # the log is there
+    assert canary not in log
+    assert "terminationMessagePath" not in log and "TF_CONFIG" not in log

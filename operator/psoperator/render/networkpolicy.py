@@ -1,0 +1,53 @@
+"""NetworkPolicies: TensorFlow's gRPC has no authentication, so a job's pods take connections only
+from the job's own pods, and the chief's progress report only from the operator's namespace.
+
+Policies only allow: the job's pods accept nothing else (egress is left alone), and a user who
+needs more (TensorBoard, a metrics scrape) adds a policy of their own, which adds to these. Traffic
+from a pod's own node is never blocked by a NetworkPolicy (kubelet probes; an operator run out of
+cluster reaches only the chief's of its node), and hostNetwork pods are not isolated at all.
+"""
+
+from __future__ import annotations
+
+from psoperator.contract import Role
+from psoperator.render.names import LABEL_JOB, child_name, job_labels, selector_labels
+from psoperator.render.pod import Manifest
+
+# The label every namespace carries with its own name (Kubernetes >= 1.22).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+COMPONENT = "network-policy"
+
+
+def _policy(
+    job_name: str, namespace: str, name: str, selected: dict[str, str], ingress: list[Manifest]
+) -> Manifest:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": job_labels(job_name, COMPONENT)},
+        "spec": {
+            "podSelector": {"matchLabels": selected},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
+def _tcp(port: int) -> list[Manifest]:
+    return [{"protocol": "TCP", "port": port}]
+
+
+def render_peer_policy(job_name: str, namespace: str, port: int) -> Manifest:
+    """Every pod of the job (chief, PS, workers, evaluator) takes the gRPC port from the job's pods only."""
+    ingress = [{"from": [{"podSelector": {"matchLabels": {LABEL_JOB: job_name}}}], "ports": _tcp(port)}]
+    return _policy(job_name, namespace, f"{job_name}-peers", {LABEL_JOB: job_name}, ingress)
+
+
+def render_progress_policy(
+    job_name: str, namespace: str, progress_port: int, operator_namespace: str
+) -> Manifest:
+    """The chief's progress port, from the operator's namespace only: the operator reads it."""
+    operator = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}}
+    ingress = [{"from": [operator], "ports": _tcp(progress_port)}]
+    name = f"{child_name(job_name, Role.CHIEF)}-progress"
+    return _policy(job_name, namespace, name, selector_labels(job_name, Role.CHIEF), ingress)
