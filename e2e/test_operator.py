@@ -176,3 +176,30 @@ def test_invalid_odd_objects_do_not_crash_the_operator(
         core.read_namespaced_pod("impostor", namespace)
     except ApiException as error:  # pragma: no cover - the assertion message is the point
         raise AssertionError(f"the operator deleted a pod it does not own: {error}") from error
+
+
+def test_a_cluster_too_large_for_the_environment_reaches_its_pods_through_a_config_map(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """400 workers: past the environment's 32 KiB for this namespace's addresses. Most workers stay
+    Pending (8 GPUs in this cluster): the job runs once its chief and PS do."""
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr", worker={"replicas": 400}))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    core = client.CoreV1Api(k8s)
+
+    def cluster() -> dict[str, list[str]]:
+        config_map = as_json(k8s, core.read_namespaced_config_map("ctr-tf-config", namespace))
+        assert config_map["metadata"]["ownerReferences"][0]["kind"] == "PSTrainingJob"
+        return dict(json.loads(config_map["data"]["cluster.json"])["cluster"])
+
+    assert [len(cluster()[role]) for role in ("chief", "ps", "worker")] == [1, 2, 400]
+    chief = psjobs.running_pod(k8s, namespace, "ctr", "chief")
+    [container] = chief["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "TF_CONFIG" not in env and env["PSOP_TF_CONFIG_FILE"] == "/etc/psoperator/tf-config/cluster.json"
+    assert {"name": "psoperator-tf-config", "configMap": {"name": "ctr-tf-config", "defaultMode": 420}} in (
+        chief["spec"]["volumes"]
+    )
+    # A child like the others: deleted by hand, it comes back.
+    core.delete_namespaced_config_map("ctr-tf-config", namespace)
+    wait_for(lambda: len(cluster()["worker"]) == 400, timeout=30, message="the ConfigMap recreated")

@@ -12,13 +12,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from e2e import psjobs
 from e2e.conftest import OperatorProcess, _kubectl
-from e2e.util import wait_for
+from e2e.util import holds_for, wait_for
 from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport
 
 # Failure injection and loopback pod IPs need KWOK's simulated nodes.
@@ -27,9 +28,14 @@ pytestmark = pytest.mark.usefixtures("kwok_only")
 
 @contextmanager
 def serve_progress(
-    address: str, report: dict[str, object], hits: list[str], port: int = DEFAULT_PROGRESS_PORT
-) -> Iterator[dict[str, object]]:
-    """Serves `report` (mutable: change it to move training along) at the chief's progress URL.
+    address: str,
+    report: dict[str, Any],
+    hits: list[str],
+    port: int = DEFAULT_PROGRESS_PORT,
+    advance: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """Serves `report` (mutable: change it to move training along) at the chief's progress URL;
+    with `advance`, its step moves on by one at every request.
 
     Every request's path is appended to `hits`.
     """
@@ -37,6 +43,8 @@ def serve_progress(
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             hits.append(self.path)
+            if advance:
+                report["step"] += 1
             body = json.dumps(report).encode() if self.path == PROGRESS_PATH else b""
             self.send_response(200 if body else 404)
             self.send_header("Content-Type", "application/json")
@@ -125,3 +133,32 @@ def test_stalled_when_the_step_stops_advancing(
         wait_for(lambda: not stalled(), timeout=30, message="Stalled cleared once the step moves")
     events = client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr")
     assert "Stalled" in {e.reason for e in events.items}
+
+
+def test_a_training_job_is_polled_once_per_resync_and_not_woken_by_its_own_status_writes(
+    k8s: client.ApiClient, namespace: str, crd: str, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
+    """Every poll moves the step, so every reconcile writes the status: the job must not wake on
+    the echo of that write, or it polls and writes in a loop instead of once per resync."""
+    resync = 1.0
+    operator = OperatorProcess(
+        operator_kubeconfig, namespace, tmp_path / "operator.log", ["--resync-seconds", str(resync)]
+    )
+    operator.start()
+    try:
+        psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
+        psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+        address = psjobs.running_pod(k8s, namespace, "ctr", "chief")["status"]["podIP"]
+        hits: list[str] = []
+        with serve_progress(address, {"state": "running", "step": 0}, hits, advance=True):
+            wait_for(lambda: psjobs.status(k8s, namespace, "ctr").get("step"), timeout=30, message="a step")
+            polled, step = len(hits), psjobs.status(k8s, namespace, "ctr")["step"]
+            window = 8.0
+            holds_for(lambda: operator.running, duration=window)  # the window in which polls are counted
+            polls = len(hits) - polled
+            written = psjobs.status(k8s, namespace, "ctr")["step"] - step
+        # One poll per resync (jittered by 10%), and a little slack for the window's edges.
+        assert polls <= window / (resync * 0.9) + 2, f"{polls} polls in {window}s"
+        assert written >= window / resync / 2, f"the step moved by {written} only"
+    finally:
+        operator.stop()

@@ -20,7 +20,10 @@ from psoperator.vocabulary import Phase
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
 VOLUME_SOURCE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.Volume"}
 
-MAX_REPLICAS = 1000
+MAX_REPLICAS = 1000  # parameter servers
+# Workers: a 5,000-task job runs on the local control plane (python -m e2e.bench --full). The
+# cluster goes to the pods through a ConfigMap of at most 1 MiB past this size (render/tfconfig.py).
+MAX_WORKERS = 10_000
 
 
 class _Model(BaseModel):
@@ -42,7 +45,7 @@ class ChiefSpec(_Model):
 
 
 class ReplicatedRoleSpec(_Model):
-    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Number of tasks of this role (1 to 1000).")
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Number of parameter servers (1 to 1000).")
     template: dict[str, Any] = Field(
         default_factory=dict,
         description=(
@@ -51,6 +54,10 @@ class ReplicatedRoleSpec(_Model):
         ),
         json_schema_extra=POD_TEMPLATE,
     )
+
+
+class WorkerSpec(ReplicatedRoleSpec):
+    replicas: int = Field(1, ge=1, le=MAX_WORKERS, description="Number of workers (1 to 10000).")
 
 
 class EvaluatorSpec(_Model):
@@ -279,7 +286,7 @@ class PSTrainingJobSpec(_Model):
     port: int = Field(2222, ge=1, le=65535, description="gRPC port of every TensorFlow task.")
     chief: ChiefSpec = Field(..., description="The chief, which runs the coordinator.")
     ps: ReplicatedRoleSpec = Field(..., description="The parameter servers, which hold the variables.")
-    worker: ReplicatedRoleSpec = Field(..., description="The workers, which compute the gradients.")
+    worker: WorkerSpec = Field(..., description="The workers, which compute the gradients.")
     evaluator: EvaluatorSpec | None = Field(None, description="An optional evaluator.")
     checkpoint: CheckpointSpec = Field(..., description="Checkpoint storage, shared by all roles.")
     failure_policy: FailurePolicy = Field(

@@ -109,7 +109,6 @@ def _usage_error(command: str, message: str) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from psoperator.render import RenderOptions, render_children
-    from psoperator.render.tfconfig import INDEX_REFERENCE
 
     try:
         documents = _load_documents(args.file)
@@ -125,21 +124,36 @@ def _render(args: argparse.Namespace) -> int:
         job["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000000")
         manifests = render_children(job, RenderOptions(cluster_domain=args.cluster_domain))
         if args.tf_config:
-            for manifest in manifests:
-                if manifest["kind"] not in ("StatefulSet", "Job"):
-                    continue
-                replicas = manifest["spec"].get("replicas", 1)
-                for index in range(replicas):
-                    env = {
-                        e["name"]: e.get("value")
-                        for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
-                    }
-                    tf = (env.get("TF_CONFIG") or "").replace(INDEX_REFERENCE, str(index))
-                    pod = f"{manifest['metadata']['name']}-{index}"
-                    out.write(f"{pod}: {json.dumps(json.loads(tf), sort_keys=True)}\n")
+            for pod, text in _tf_configs(manifests):
+                out.write(f"{pod}: {json.dumps(json.loads(text), sort_keys=True)}\n")
             continue
         yaml.safe_dump_all(manifests, out, sort_keys=False)
     return 0
+
+
+def _tf_configs(manifests: list[Any]) -> list[tuple[str, str]]:
+    """Each pod's TF_CONFIG, as the kubelet expands it or the runtime composes it from the ConfigMap."""
+    from psoperator import contract
+    from psoperator.render.names import TF_CONFIG_FILE
+    from psoperator.render.tfconfig import INDEX_REFERENCE
+
+    files = [m["data"][TF_CONFIG_FILE] for m in manifests if m["kind"] == "ConfigMap"]
+    result = []
+    for manifest in manifests:
+        if manifest["kind"] not in ("StatefulSet", "Job"):
+            continue
+        env = {
+            e["name"]: e.get("value") for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        for index in range(manifest["spec"].get("replicas", 1)):
+            task_env = {**env, contract.ENV_TASK_INDEX: str(index)}
+            text = env.get(contract.ENV_TF_CONFIG)
+            if text is None and files:
+                text = contract.tf_config_from_file(files[0], task_env)
+            result.append(
+                (f"{manifest['metadata']['name']}-{index}", (text or "").replace(INDEX_REFERENCE, str(index)))
+            )
+    return result
 
 
 def _crd(args: argparse.Namespace) -> int:

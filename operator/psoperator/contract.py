@@ -29,6 +29,9 @@ CLUSTER_ROLES: tuple[Role, ...] = (Role.CHIEF, Role.PS, Role.WORKER)
 
 # Environment injected into every training container.
 ENV_TF_CONFIG = "TF_CONFIG"
+# Set instead of TF_CONFIG when the cluster is too large for the environment (TF_CONFIG_ENV_LIMIT):
+# the path of a file (a mounted ConfigMap) holding {"cluster": ...}; see tf_config_from_file.
+ENV_TF_CONFIG_FILE = "PSOP_TF_CONFIG_FILE"
 ENV_ROLE = "PSOP_ROLE"
 ENV_TASK_INDEX = "PSOP_TASK_INDEX"
 ENV_JOB_NAME = "PSOP_JOB_NAME"
@@ -50,6 +53,11 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096
 
 
+# The largest TF_CONFIG put in the environment. Linux refuses to start a process with one environment
+# string over 128 KiB (MAX_ARG_STRLEN), and every pod of the job carries its copy to etcd and to
+# every watcher of pods: beyond this (about 400 tasks with typical names) it goes into a file.
+TF_CONFIG_ENV_LIMIT = 32 * 1024
+
 _EMPTY_INDEX = re.compile(r'"index":\s*(?=[,}])')
 
 
@@ -63,10 +71,30 @@ def tf_config_text(env: Mapping[str, str]) -> str | None:
     text = env.get(ENV_TF_CONFIG)
     if text is None or env.get(ENV_TASK_INDEX, "").strip():
         return text
-    ordinal = env.get(ENV_POD_NAME, "").rsplit("-", 1)[-1]
-    if not ordinal.isdigit():
+    ordinal = _ordinal(env)
+    if not ordinal:
         return text
     return _EMPTY_INDEX.sub(f'"index": {int(ordinal)}', text)
+
+
+def _ordinal(env: Mapping[str, str]) -> str:
+    """The ordinal at the end of the pod's name (`<job>-<role>-<ordinal>`), or ""."""
+    ordinal = env.get(ENV_POD_NAME, "").rsplit("-", 1)[-1]
+    return ordinal if ordinal.isdigit() else ""
+
+
+def tf_config_from_file(cluster_text: str, env: Mapping[str, str]) -> str:
+    """TF_CONFIG of a task whose cluster came in a file: the file's `cluster`, and the task from
+    PSOP_ROLE and PSOP_TASK_INDEX (the pod's ordinal where the index is empty, before 1.28).
+
+    Not JSON or not an object: ValueError. An index that is no number is left for the reader to refuse.
+    """
+    data = json.loads(cluster_text)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    index = env.get(ENV_TASK_INDEX, "").strip() or _ordinal(env)
+    task = {"type": env.get(ENV_ROLE, ""), "index": int(index) if index.isdigit() else index}
+    return json.dumps({"cluster": data.get("cluster"), "task": task}, sort_keys=True)
 
 
 class ExitCode(enum.IntEnum):

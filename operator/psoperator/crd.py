@@ -36,7 +36,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from psoperator import GROUP, KIND, PLURAL, VERSION
-from psoperator.api import MAX_REPLICAS, PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 
 SINGULAR = "pstrainingjob"
@@ -84,11 +84,11 @@ def _immutable_optional(field: str, why: str) -> Rule:
     )
 
 
-def _replica_rules(role: str, what: str, why_immutable: str) -> list[Rule]:
+def _replica_rules(role: str, maximum: int, what: str, why_immutable: str) -> list[Rule]:
     return [
         Rule(
-            f"self >= 1 && self <= {MAX_REPLICAS}",
-            f"spec.{role}.replicas must be 1 to {MAX_REPLICAS}: {what}",
+            f"self >= 1 && self <= {maximum}",
+            f"spec.{role}.replicas must be 1 to {maximum}: {what}",
         ),
         Rule("self == oldSelf", f"spec.{role}.replicas is immutable after creation: {why_immutable}"),
     ]
@@ -188,6 +188,7 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
     ("spec", "ps"): _template_rules("ps"),
     ("spec", "ps", "replicas"): _replica_rules(
         "ps",
+        MAX_REPLICAS,
         "a job needs at least one parameter server to hold its variables",
         "the variables are sharded over the parameter servers, and re-sharding a running job is not "
         "supported in v1alpha1; delete and recreate the job (it resumes from its checkpoint)",
@@ -195,6 +196,7 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
     ("spec", "worker"): _template_rules("worker"),
     ("spec", "worker", "replicas"): _replica_rules(
         "worker",
+        MAX_WORKERS,
         "a job needs at least one worker to compute gradients",
         "resizing the workers of a running job is not supported in v1alpha1; delete and recreate "
         "the job (it resumes from its checkpoint)",

@@ -1,9 +1,11 @@
 """The kopf layer: thin, level-based, and readable top to bottom.
 
 One loop per PSTrainingJob runs reconciles: on start (including after an operator restart), when
-the job or any of its children changes, and on a timer for progress, deadlines and TTLs. Each
-reconcile reads the job and its children fresh from the API, lets `plan_reconcile` decide, writes
-the status once, then applies the children and emits the events.
+the job's spec or any of its children changes (not when its status does: the operator writes it),
+and on a timer for progress, deadlines and TTLs (finished and suspended jobs rarely, every timer
+jittered). Each reconcile decides from what the watches delivered (cache.py); one that is about to
+act reads the job and its children fresh from the API and decides again. `plan_reconcile` decides,
+then the status is written once, the children applied and the events emitted.
 
 The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
 daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
@@ -17,9 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -28,9 +33,22 @@ import aiohttp
 import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
+from psoperator.cache import JobKey, Snapshot, WatchCache
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
-from psoperator.kube import Kube, StaleJob, api_failure, fetch_progress, in_thread, merge_patch, owned_by
+from psoperator.kube import (
+    API_CONCURRENCY,
+    CHILD_KINDS,
+    ChildChange,
+    Kube,
+    StaleJob,
+    api_failure,
+    fetch_progress,
+    in_thread,
+    merge_patch,
+    owned_by,
+    plan_children,
+)
 from psoperator.leader import Election, Elector
 from psoperator.metrics import Metrics
 from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
@@ -40,6 +58,7 @@ from psoperator.readings import read_job
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_JOB
+from psoperator.vocabulary import FINISHED_PHASES, Phase
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -47,6 +66,23 @@ DEPARTED_LIMIT = 4096
 UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
 # After a failed reconcile: the first retry soon, then less and less often.
 RETRY_FIRST, RETRY_MAX = 1.0, 30.0
+# The children's watches (kopf resource selectors), each filtered by the API server to the objects
+# that carry the job label (settings.watching.label_selectors): other pods never reach the operator.
+PODS = ("v1", "pods")
+CHILDREN = (
+    ("v1", "services"),
+    ("apps", "v1", "statefulsets"),
+    ("batch", "v1", "jobs"),
+    ("v1", "configmaps"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+)
+# Timers are spread by this fraction either way, so jobs started together do not stay aligned.
+JITTER = 0.1
+# A woken loop waits this long for the rest of a burst of events of the job's objects.
+SETTLE_SECONDS = 0.05
+# A status change that needs nothing else (pods coming up one by one, the step) is written at most
+# this often; anything that acts (a restart, a child, an event) writes at once.
+STATUS_SPACING_SECONDS = 2.0
 
 
 @dataclass
@@ -58,11 +94,16 @@ class OperatorState:
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
     resync_seconds: float = 10.0
+    # Finished and suspended jobs: only their TTL and a resume need them, and both wake them.
+    idle_resync_seconds: float = 300.0
+    # The longest a job goes without a fresh read of its children (see cache.py).
+    fresh_read_seconds: float = 600.0
     progress_port: int = DEFAULT_PROGRESS_PORT
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     loops: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
+    cache: WatchCache = field(default_factory=WatchCache)
     # Node name -> its Ready condition, from kopf's node index (a watch, no reads per reconcile);
     # None until kopf hands the index over: an empty index would make every node look deleted.
     nodes: Mapping[str, Any] | None = None
@@ -102,8 +143,14 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = _state(memo).kube.timeout
+    for resource in (PODS, *CHILDREN):
+        settings.watching.label_selectors[resource] = LABEL_JOB
     state = _state(memo)
     state.session = aiohttp.ClientSession()
+    # The API calls' threads (kube.in_thread); kopf runs its sync handlers in an executor of its own.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
+    )
     state.metrics.leader.set(1 if state.election is None else 0)
     if state.election is not None:
         state.elector = Elector(
@@ -147,11 +194,12 @@ def probe_jobs(memo: Any, **_: Any) -> int:
     return len(_state(memo).wakeups)
 
 
-def _wake(memo: Any, namespace: str | None, job_name: str | None) -> None:
-    if namespace and job_name:
-        event = _state(memo).wakeups.get((namespace, job_name))
-        if event is not None:
-            event.set()
+def _wake(state: OperatorState, key: JobKey | None) -> None:
+    """Wake the job's loop. Only from the event loop's thread: asyncio.Event is not thread-safe, so
+    every handler that wakes is async (kopf runs sync handlers in executor threads)."""
+    event = state.wakeups.get(key) if key is not None else None
+    if event is not None:
+        event.set()
 
 
 @kopf.index("nodes", id="node_health")
@@ -182,17 +230,23 @@ async def job_changed(
     if type == "DELETED" or body.metadata.get("deletionTimestamp"):
         state.known.discard(key)
         await _stop_loop(state, key)
+        state.cache.forget(key)
         return
+    changed = state.cache.job_seen(namespace, name, dict(body))
     state.known.add(key)
     if state.leading:
-        _start_loop(state, key, logger)
-        _wake(memo, namespace, name)
+        started = _start_loop(state, key, logger)
+        if changed and not started:
+            _wake(state, key)
 
 
-def _start_loop(state: OperatorState, key: tuple[str, str], logger: Any) -> None:
-    if key not in state.loops:
-        state.wakeups[key] = asyncio.Event()
-        state.loops[key] = asyncio.create_task(run_job(state, *key, logger), name="/".join(key))
+def _start_loop(state: OperatorState, key: tuple[str, str], logger: Any) -> bool:
+    """Start the job's loop unless it runs; True when this started it."""
+    if key in state.loops:
+        return False
+    state.wakeups[key] = asyncio.Event()
+    state.loops[key] = asyncio.create_task(run_job(state, *key, logger), name="/".join(key))
+    return True
 
 
 async def _stop_loop(state: OperatorState, key: tuple[str, str]) -> None:
@@ -215,28 +269,24 @@ def _drop_loop(state: OperatorState, key: tuple[str, str], loop: asyncio.Task[No
     state.metrics.jobs_managed.set(len(state.loops))
 
 
-@kopf.on.event("pods", labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
-def pod_changed(
-    type: str,
-    body: kopf.Body,
-    namespace: str | None,
-    labels: Mapping[str, str],
-    memo: Any,
-    logger: Any,
-    **_: Any,
-) -> None:
+@kopf.on.event(*PODS, labels={LABEL_JOB: kopf.PRESENT}, id="pod-changed")
+async def pod_changed(type: str, body: kopf.Body, memo: Any, logger: Any, **_: Any) -> None:
+    state = _state(memo)
     view = parse_pod(dict(body))
     if type == "DELETED" or view.deleting or view.phase in ("Failed", "Succeeded"):
-        _state(memo).remember_departed(view)
+        state.remember_departed(view)
         logger.debug("pod %s (%s) ended: %s %s", view.name, view.uid, view.phase, view.disruption)
-    _wake(memo, namespace, labels.get(LABEL_JOB))
+    _wake(state, state.cache.pod_seen(type, dict(body)))
 
 
-@kopf.on.event("apps", "v1", "statefulsets", labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
-@kopf.on.event("batch", "v1", "jobs", labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
-@kopf.on.event("services", labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
-def child_changed(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
-    _wake(memo, namespace, labels.get(LABEL_JOB))
+@kopf.on.event(*CHILDREN[0], labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
+@kopf.on.event(*CHILDREN[1], labels={LABEL_JOB: kopf.PRESENT}, id="statefulset-changed")
+@kopf.on.event(*CHILDREN[2], labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
+@kopf.on.event(*CHILDREN[3], labels={LABEL_JOB: kopf.PRESENT}, id="configmap-changed")
+@kopf.on.event(*CHILDREN[4], labels={LABEL_JOB: kopf.PRESENT}, id="networkpolicy-changed")
+async def child_changed(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    state = _state(memo)
+    _wake(state, state.cache.child_seen(type, dict(body)))
 
 
 async def _progress(state: OperatorState, observed: Observed, attempt: int) -> ProgressReport | None:
@@ -259,34 +309,68 @@ def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
     return replace(observed, nodes={n: next(iter(index[n]), None) if n in index else None for n in names})
 
 
-async def reconcile_once(
-    state: OperatorState, namespace: str, name: str, logger: Any
-) -> ReconcilePlan | None:
-    job = await in_thread(state.kube.get_job, namespace, name)
-    if job is None or job["metadata"].get("deletionTimestamp"):
+@dataclass(frozen=True)
+class Decision:
+    plan: ReconcilePlan
+    report: ProgressReport | None
+    desired: list[Obj]  # the rendered children; none when none are wanted
+    changes: list[ChildChange]
+    conflicts: list[str]
+    now: datetime
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
+        plan = self.plan
+        acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
+        return not (acts or self.changes or self.conflicts)
+
+
+async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
+    """The job, its children and its pods from the API (and into the cache); None once it is gone."""
+    started = time.monotonic()
+    job = await in_thread(state.kube.get_job, *key)
+    if job is None:
         return None
-    children, pods = await asyncio.gather(
-        in_thread(state.kube.list_children, namespace, name), in_thread(state.kube.list_pods, namespace, name)
+    *listed, pods = await asyncio.gather(
+        *(in_thread(state.kube.list_children, *key, kind) for kind in CHILD_KINDS),
+        in_thread(state.kube.list_pods, *key),
     )
-    uid = job["metadata"]["uid"]
-    ours = [c for c in children if owned_by(c, uid)]
+    children = [child for kind in listed for child in kind]
+    state.cache.read_fresh(key, job, children, pods, started)
+    return Snapshot(job, children, pods)
+
+
+async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed:
+    job = seen.job
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+    owners = {c["metadata"]["uid"] for c in seen.children if owned_by(c, uid)}
+    ours = [c for c in seen.children if owned_by(c, uid)]
     tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
-    owners = {c["metadata"]["uid"] for c in ours}
 
     def observe(listed: list[Obj]) -> Observed:
         return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
 
-    observed = observe(pods)
+    observed, key = observe(seen.pods), (job["metadata"]["namespace"], name)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
     # Wait for it a little, so the failure is classified by what happened instead of "Replaced".
     for _ in range(UNEXPLAINED_RETRIES):
         if not unexplained(tracking, observed.pods, observed.departed):
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
-        observed = observe(await in_thread(state.kube.list_pods, namespace, name))
-    observed = _with_nodes(state, observed)
+        cached = state.cache.snapshot(key)
+        pods = await in_thread(state.kube.list_pods, *key) if fresh or cached is None else cached.pods
+        observed = observe(pods)
+    return _with_nodes(state, observed)
+
+
+async def _decide(
+    state: OperatorState, seen: Snapshot, fresh: bool, report: ProgressReport | None = None
+) -> Decision:
+    job = seen.job
+    observed = await _observe(state, seen, fresh)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
-    report = await _progress(state, observed, attempt)
+    report = report or await _progress(state, observed, attempt)
     now = datetime.now(UTC)
     plan = plan_reconcile(
         job,
@@ -296,28 +380,74 @@ async def reconcile_once(
         cluster_domain=state.cluster_domain,
         operator_namespace=state.operator_namespace,
     )
+    if plan.render is None:
+        return Decision(plan, report, [], [], [], now)
+    desired = render_children(job, plan.render)
+    changes, result = plan_children(
+        job["metadata"]["uid"],
+        desired,
+        seen.children,
+        create_missing=plan.create_missing,
+        hold_chief=plan.hold_chief,
+    )
+    return Decision(plan, report, desired, changes, result.conflicts, now)
 
+
+async def reconcile_once(
+    state: OperatorState, namespace: str, name: str, logger: Any
+) -> ReconcilePlan | None:
+    """Decide from the cache; read fresh and decide again before acting, or when the job's last
+    fresh read is older than `fresh_read_seconds` (or it has none: a new loop)."""
+    started = time.monotonic()
+    key = (namespace, name)
+    seen = state.cache.snapshot(key)
+    fresh = seen is None or started - state.cache.read_at.get(key, -math.inf) >= state.fresh_read_seconds
+    if fresh:
+        seen = await _read_fresh(state, key)
+    if seen is None or seen.job["metadata"].get("deletionTimestamp"):
+        return None
+    decision = await _decide(state, seen, fresh)
+    since_write = started - state.cache.written_at.get(key, -math.inf)
+    if decision.quiet and since_write < STATUS_SPACING_SECONDS:
+        wait = STATUS_SPACING_SECONDS - since_write
+        requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
+        return replace(decision.plan, requeue_after=requeue)
+    if not fresh and not decision.quiet:
+        seen = await _read_fresh(state, key)
+        if seen is None or seen.job["metadata"].get("deletionTimestamp"):
+            return None
+        decision = await _decide(state, seen, True, decision.report)
+    await _act(state, seen, decision, logger)
+    return decision.plan
+
+
+async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger: Any) -> None:
+    """Write the status once, then carry out the plan, then emit its events."""
+    job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
+    plan = decision.plan
+    namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         version = job["metadata"]["resourceVersion"]
-        await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
-    state.metrics.record(namespace, name, read_job(job, plan, now))
+        written = await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
+        state.cache.job_seen(namespace, name, written)
+        state.cache.written_at[(namespace, name)] = time.monotonic()
+    state.metrics.record(namespace, name, read_job(job, plan, decision.now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.faults)
     if plan.delete_job:
         kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
         await in_thread(state.kube.delete_job, namespace, name, uid)
-        return plan
+        return
     if plan.delete_pods:
         await in_thread(state.kube.delete_pods, namespace, plan.delete_pods)
     if plan.render is not None:
-        desired = render_children(job, plan.render)
         result = await in_thread(
             state.kube.apply_children,
             namespace,
             uid,
-            desired,
-            children,
+            decision.desired,
+            seen.children,
             create_missing=plan.create_missing,
             hold_chief=plan.hold_chief,
         )
@@ -331,7 +461,18 @@ async def reconcile_once(
             logger.info("created %s, deleted %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
-    return plan
+
+
+def resync_after(state: OperatorState, plan: ReconcilePlan | None) -> float:
+    """When to look at the job again unwoken: soon while it runs, rarely once it has finished or is
+    suspended, sooner when the plan asks (a TTL, a deadline, an old chief stopping); jittered."""
+    idle = plan is not None and plan.status.get("phase") in (*FINISHED_PHASES, Phase.SUSPENDED)
+    wait = (state.idle_resync_seconds if idle else state.resync_seconds) * random.uniform(
+        1 - JITTER, 1 + JITTER
+    )
+    if plan is not None and plan.requeue_after is not None:
+        wait = min(wait, max(plan.requeue_after, 0.5))
+    return wait
 
 
 def retry_after(failures: int) -> float:
@@ -361,30 +502,29 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
     try:
         while True:
             wake.clear()
-            wait = state.resync_seconds
             started = time.monotonic()
             try:
                 plan = await reconcile_once(state, namespace, name, logger)
                 state.metrics.reconciled("ok", time.monotonic() - started)
+                wait = resync_after(state, plan)
             except StaleJob as stale:  # another writer got there first: read it again at once
                 logger.info("%s; reconciling it again", stale)
                 plan, wait = None, 0.0
+                state.cache.read_at.pop(key, None)  # from the API, not from the watch
             except Exception as error:  # one bad reconcile must not end the job's loop
                 failures += 1
                 log_failure(logger, error, failures)
                 state.metrics.reconciled("error", time.monotonic() - started)
                 plan, wait = None, retry_after(failures)
+                state.cache.read_at.pop(key, None)  # the next one reads fresh
             else:
                 if failures:
                     logger.info("reconcile succeeded again after %d failures", failures)
                 failures = 0
                 if plan is None:  # gone or being deleted, even if its watch event is still to come
                     return
-            if plan is not None and plan.requeue_after is not None:
-                wait = min(wait, max(plan.requeue_after, 0.5))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=wait)
-            # Let a burst of child events settle into one reconcile.
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(SETTLE_SECONDS)
     finally:
         _drop_loop(state, key, asyncio.current_task())

@@ -8,6 +8,7 @@ does not own. Blocking client calls run in threads so the kopf event loop stays 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 from collections.abc import Callable
@@ -29,8 +30,13 @@ Obj = dict[str, Any]
 FIELD_MANAGER = "ps-training-operator"
 log = logging.getLogger(__name__)
 
+# Blocking API calls at once (threads, and connections to the API server): a PS lost in many jobs
+# at once means a fresh read of each before its restart, and they should not queue behind 6 threads.
+API_CONCURRENCY = 32
+
 # kind -> (API path prefix, plural)
 _PATHS = {
+    "ConfigMap": ("/api/v1", "configmaps"),
     "Service": ("/api/v1", "services"),
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Job": ("/apis/batch/v1", "jobs"),
@@ -38,11 +44,17 @@ _PATHS = {
 }
 
 
+CHILD_KINDS = tuple(_PATHS)
+
+
 def load_config() -> None:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = API_CONCURRENCY
+    client.Configuration.set_default(configuration)
 
 
 def owned_by(obj: Obj, uid: str) -> bool:
@@ -92,6 +104,73 @@ def api_failure(error: BaseException) -> str | None:
 # Seconds to connect: the whole timeout (a server that stops answering must not hold a job's
 # reconcile loop forever) is the operator's --api-timeout-seconds.
 CONNECT_TIMEOUT = 5.0
+
+
+class ChildVerb(enum.Enum):
+    CREATE = "create"
+    PATCH = "patch"
+    KEEP = "keep"  # only the replaced object is deleted (the chief is held)
+    DELETE = "delete"  # owned and no longer wanted (NetworkPolicies switched off)
+
+
+@dataclass(frozen=True)
+class ChildChange:
+    manifest: Obj
+    verb: ChildVerb
+    replaced: Obj | None = None  # a chief Job of an older attempt, deleted first
+
+
+def _attempt(obj: Obj) -> str | None:
+    value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
+    return str(value) if value is not None else None
+
+
+def plan_children(
+    owner_uid: str,
+    desired: list[Obj],
+    observed: list[Obj],
+    *,
+    create_missing: bool = True,
+    hold_chief: bool = False,
+) -> tuple[list[ChildChange], ApplyResult]:
+    """What to change so that the children are as desired, decided without the API: create what is
+    missing, patch what differs (by hash), replace a chief Job of an old attempt, delete what the job
+    owns and no longer wants. Objects of the same name that the job does not own are left alone (the
+    result's `conflicts`).
+
+    Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
+    (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
+    attempt's is not created yet. The old chief pods are the plan's to delete (`delete_pods`).
+    """
+    result = ApplyResult()
+    changes: list[ChildChange] = []
+    live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
+    for manifest in desired:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        current = live.get((kind, name))
+        if current is not None and not owned_by(current, owner_uid):
+            result.conflicts.append(f"{kind}/{name}")
+            continue
+        replace = current is not None and kind == "Job" and _attempt(current) != _attempt(manifest)
+        if current is not None and replace and _newer(_attempt(current), _attempt(manifest)):
+            continue  # a replica that read an older status: the newer attempt is not its to replace
+        if not create_missing and (current is None or replace):
+            continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
+        if current is None or replace:
+            held = hold_chief and _attempt(manifest) is not None  # waits until no older chief pod runs
+            if replace or not held:
+                verb = ChildVerb.KEEP if held else ChildVerb.CREATE
+                changes.append(ChildChange(manifest, verb, current if replace else None))
+        elif (
+            current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
+            != manifest["metadata"]["annotations"][ANNOTATION_HASH]
+        ):
+            changes.append(ChildChange(manifest, ChildVerb.PATCH))
+    wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
+    for key, current in live.items():
+        if key not in wanted and key[0] in _PATHS and owned_by(current, owner_uid):
+            changes.append(ChildChange(current, ChildVerb.DELETE))
+    return changes, result
 
 
 class Kube:
@@ -208,15 +287,11 @@ class Kube:
 
     # --- children --------------------------------------------------------------------------
 
-    def list_children(self, namespace: str, job_name: str) -> list[Obj]:
+    def list_children(self, namespace: str, job_name: str, kind: str) -> list[Obj]:
+        """The job's children of one kind (CHILD_KINDS), with `kind` set on each."""
         selector = [("labelSelector", f"{LABEL_JOB}={job_name}")]
-        items: list[Obj] = []
-        for kind in _PATHS:
-            listed = self._call("GET", self._path(kind, namespace), query=selector)
-            for item in listed.get("items", []):
-                item["kind"] = kind
-                items.append(item)
-        return items
+        listed = self._call("GET", self._path(kind, namespace), query=selector)
+        return [{**item, "kind": kind} for item in listed.get("items", [])]
 
     def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
         listed = self._call(
@@ -236,44 +311,25 @@ class Kube:
         create_missing: bool = True,
         hold_chief: bool = False,
     ) -> ApplyResult:
-        """Create what is missing, patch what differs (by hash), replace a chief Job of an old attempt,
-        delete what the job owns and no longer wants (its NetworkPolicies, once switched off).
-
-        Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
-        (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
-        attempt's is not created yet. The old chief pods are the plan's to delete (`delete_pods`).
-        """
-        result = ApplyResult()
-        live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
-        for manifest in desired:
-            kind, name = manifest["kind"], manifest["metadata"]["name"]
-            current = live.get((kind, name))
+        """Carry out `plan_children`: create, patch, replace (see there)."""
+        changes, result = plan_children(
+            owner_uid, desired, observed, create_missing=create_missing, hold_chief=hold_chief
+        )
+        for change in changes:
+            kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
             ref = f"{kind}/{name}"
-            if current is not None and not owned_by(current, owner_uid):
-                result.conflicts.append(ref)
-                continue
-            replace = (
-                current is not None and kind == "Job" and self._attempt(current) != self._attempt(manifest)
-            )
-            if current is not None and replace and _newer(self._attempt(current), self._attempt(manifest)):
-                continue  # a replica that read an older status: the newer attempt is not its to replace
-            if not create_missing and (current is None or replace):
-                continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
-            if current is not None and replace:
-                self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
+            gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
+            if gone is not None:
+                self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
                 result.deleted.append(ref)
-                current = None
-            if current is None and hold_chief and self._attempt(manifest) is not None:
-                continue  # the chief Job waits until no older chief pod runs
+            if change.verb in (ChildVerb.KEEP, ChildVerb.DELETE):
+                continue
             try:
-                if current is None:
-                    self._call("POST", self._path(kind, namespace), manifest)
+                if change.verb is ChildVerb.CREATE:
+                    self._call("POST", self._path(kind, namespace), change.manifest)
                     result.created.append(ref)
-                elif (
-                    current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
-                    != manifest["metadata"]["annotations"][ANNOTATION_HASH]
-                ):
-                    self._patch(self._path(kind, namespace, name), manifest)
+                else:
+                    self._patch(self._path(kind, namespace, name), change.manifest)
                     result.patched.append(ref)
             except ApiException as error:
                 if error.status == 409:
@@ -283,18 +339,7 @@ class Kube:
                     result.rejected.append(f"{ref}: {_reason(error)}")
                 else:
                     raise
-        self._delete_unwanted(namespace, owner_uid, desired, observed, result)
         return result
-
-    def _delete_unwanted(
-        self, namespace: str, owner_uid: str, desired: list[Obj], observed: list[Obj], result: ApplyResult
-    ) -> None:
-        wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
-        for current in observed:
-            kind, name = current.get("kind"), current["metadata"]["name"]
-            if (kind, name) not in wanted and kind in _PATHS and owned_by(current, owner_uid):
-                self._delete_at(self._path(kind, namespace, name), current["metadata"]["uid"])
-                result.deleted.append(f"{kind}/{name}")
 
     def _patch(self, path: str, manifest: Obj) -> None:
         if manifest["kind"] == "Job":
@@ -317,11 +362,6 @@ class Kube:
             content_type="application/apply-patch+yaml",
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
-
-    @staticmethod
-    def _attempt(obj: Obj) -> str | None:
-        value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
-        return str(value) if value is not None else None
 
     def delete_pods(self, namespace: str, deletions: list[PodDeletion]) -> None:
         """Delete pods the plan named, each only if it is still the pod it saw (uid precondition)."""

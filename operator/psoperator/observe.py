@@ -338,3 +338,35 @@ def owned_pods(pods: list[Obj], owner_uids: set[str], job_name: str) -> list[Obj
         return older_chief or any(r.get("uid") in owner_uids for r in refs)
 
     return [p for p in pods if ours(p)]
+
+
+_SLIM_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+    "creationTimestamp",
+)
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """What `parse_pod` and `owned_pods` read of a pod, and nothing else: the operator keeps the
+    latest version of every pod of its jobs, whose full objects (environment, managedFields) are
+    many times larger."""
+    meta, spec = _dict(pod.get("metadata")), _dict(pod.get("spec"))
+    annotations = _dict(meta.get("annotations"))
+    trainer = annotations.get(ANNOTATION_TRAINER_CONTAINER)
+    return {
+        "metadata": {
+            **{k: meta[k] for k in _SLIM_METADATA if k in meta},
+            "annotations": {ANNOTATION_TRAINER_CONTAINER: trainer} if trainer is not None else {},
+        },
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [{"name": _dict(c).get("name")} for c in _list(spec.get("containers"))],
+        },
+        "status": _dict(pod.get("status")),
+    }

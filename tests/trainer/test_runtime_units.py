@@ -348,3 +348,21 @@ def test_the_readme_lists_every_trainer_metric() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for family in ProgressTracker().registry.collect():
         assert f"| `{family.name}` | {family.type} | {family.documentation} |" in readme, family.name
+
+
+def test_a_cluster_too_large_for_the_environment_is_read_from_its_mounted_file(tmp_path: Path) -> None:
+    """The pod as the kubelet starts it: no TF_CONFIG, the ConfigMap's file at PSOP_TF_CONFIG_FILE."""
+    job = ctr_job(tmp_path / "ckpt", [])
+    job["spec"]["worker"]["replicas"] = 600
+    children = {(c["kind"], c["metadata"]["name"]): c for c in render_children(job)}
+    config_map = children[("ConfigMap", "ctr-tf-config")]
+    pod, template = statefulset_pod(children[("StatefulSet", "ctr-worker")], 599)
+    env = resolve_env(template["spec"]["containers"][0], pod)
+    assert "TF_CONFIG" not in env
+    mounted = tmp_path / "cluster.json"  # where the ConfigMap's volume would put it
+    mounted.write_text(config_map["data"]["cluster.json"])
+    config = load_config([], {**env, "PSOP_TF_CONFIG_FILE": str(mounted)})
+    assert (config.role, config.task_index, len(config.cluster["worker"])) == (Role.WORKER, 599, 600)
+    assert config.cluster["worker"][599].startswith("ctr-worker-599.ctr-worker.")
+    with pytest.raises(ConfigError, match="PSOP_TF_CONFIG_FILE"):
+        load_config([], {**env, "PSOP_TF_CONFIG_FILE": str(tmp_path / "missing.json")})

@@ -14,6 +14,7 @@ from psoperator import GROUP, handlers
 from psoperator.metrics import Metrics
 from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
+from psoperator.render.names import LABEL_JOB
 from psoperator.vocabulary import Phase
 from tests.unit.test_kube import RecordingKube
 
@@ -29,6 +30,12 @@ def test_no_handler_makes_kopf_put_a_finalizer_on_jobs() -> None:
 def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> None:
     """kopf takes off the configured finalizer from a job when no handler needs one any more."""
 
+    assert _configured().persistence.finalizer == f"{GROUP}/finalizer"
+
+
+def _configured() -> kopf.OperatorSettings:
+    """kopf's settings after the operator's startup handler (its clean-up run too)."""
+
     async def configure() -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()
         memo = kopf.Memo(state=handlers.OperatorState(RecordingKube(), Metrics()))
@@ -36,7 +43,7 @@ def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> 
         await _kopf_fn(handlers.close)(memo=memo)
         return settings
 
-    assert asyncio.run(configure()).persistence.finalizer == f"{GROUP}/finalizer"
+    return asyncio.run(configure())
 
 
 def _kopf_fn(fn: Any) -> Any:
@@ -102,6 +109,86 @@ def test_a_loop_ends_by_itself_when_the_job_is_gone(monkeypatch: pytest.MonkeyPa
         assert state.loops == {} and state.wakeups == {}
 
     asyncio.run(scenario())
+
+
+def test_children_watches_are_filtered_by_the_api_server_to_the_job_label() -> None:
+    """kopf puts settings.watching.label_selectors into every watch's and list's labelSelector
+    (kopf/_cogs/clients/watching.py, fetching.py); a handler's `labels=` filter is client-side only."""
+    from kopf._cogs.structs.references import Resource
+
+    selectors = _configured().watching.label_selectors
+    for group, version, plural in [
+        ("", "v1", "pods"),
+        ("", "v1", "services"),
+        ("", "v1", "configmaps"),
+        ("apps", "v1", "statefulsets"),
+        ("batch", "v1", "jobs"),
+        ("networking.k8s.io", "v1", "networkpolicies"),
+    ]:
+        assert selectors.collect(Resource(group, version, plural)) == [LABEL_JOB], plural
+    # The jobs themselves and the nodes are watched whole.
+    assert selectors.collect(Resource(GROUP, "v1alpha1", "pstrainingjobs")) == []
+    assert selectors.collect(Resource("", "v1", "nodes")) == []
+
+
+def test_watch_handlers_that_wake_a_loop_run_on_the_event_loop() -> None:
+    """asyncio.Event is not thread-safe, and kopf runs sync handlers in executor threads."""
+    for handler in (handlers.job_changed, handlers.pod_changed, handlers.child_changed):
+        assert asyncio.iscoroutinefunction(handler), handler
+
+
+def test_a_job_is_woken_by_its_spec_and_children_but_not_by_its_own_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reconciled: list[int] = []
+
+    async def count(_state: Any, namespace: str, name: str, _logger: Any) -> ReconcilePlan:
+        reconciled.append(len(reconciled))
+        return ReconcilePlan(status={"phase": "Running"}, render=None)
+
+    monkeypatch.setattr(handlers, "reconcile_once", count)
+    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=3600)
+    memo = kopf.Memo(state=state)
+    log = logging.getLogger("test")
+
+    def body(generation: int, version: int, step: int) -> _Body:
+        meta = {"name": "ctr", "namespace": "ns", "generation": generation, "resourceVersion": str(version)}
+        return _Body(metadata=meta, status={"step": step})
+
+    async def event(generation: int, version: int, step: int) -> None:
+        await _kopf_fn(handlers.job_changed)(
+            type="MODIFIED", body=body(generation, version, step), namespace="ns", name="ctr",
+            memo=memo, logger=log, node_health={},
+        )  # fmt: skip
+        await asyncio.sleep(0.4)  # past the loop's 0.2 s settling
+
+    async def scenario() -> None:
+        await event(1, 1, 0)
+        assert reconciled == [0]
+        await event(1, 2, 10)  # the echo of its own status write
+        assert reconciled == [0]
+        pod = {"metadata": {"name": "ctr-ps-0", "namespace": "ns", "labels": {LABEL_JOB: "ctr"}}}
+        await _kopf_fn(handlers.pod_changed)(type="MODIFIED", body=_Body(pod), memo=memo, logger=log)
+        await asyncio.sleep(0.4)
+        assert reconciled == [0, 1]
+        await event(2, 3, 10)  # the spec changed
+        assert reconciled == [0, 1, 2]
+        await handlers._stop_loop(state, ("ns", "ctr"))
+
+    asyncio.run(scenario())
+
+
+def test_finished_and_suspended_jobs_resync_rarely_and_every_timer_is_jittered() -> None:
+    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=10, idle_resync_seconds=300)
+
+    def waits(phase: str, requeue: float | None = None) -> set[float]:
+        plan = ReconcilePlan(status={"phase": phase}, render=None, requeue_after=requeue)
+        return {handlers.resync_after(state, plan) for _ in range(50)}
+
+    running, succeeded, suspended = waits("Running"), waits("Succeeded"), waits("Suspended")
+    assert all(9 <= w <= 11 for w in running) and len(running) > 1
+    assert all(270 <= w <= 330 for w in succeeded | suspended) and len(succeeded) > 1
+    assert waits("Succeeded", requeue=42) == {42}  # the TTL comes first
 
 
 def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -338,3 +338,56 @@ def test_a_jobs_hash_follows_what_may_change() -> None:
         budget[0]["metadata"]["annotations"][ANNOTATION_HASH]
         != budget[1]["metadata"]["annotations"][ANNOTATION_HASH]
     )
+
+
+def _big_job(ps: int, workers: int) -> dict[str, Any]:
+    body = job()
+    body["spec"]["ps"]["replicas"], body["spec"]["worker"]["replicas"] = ps, workers
+    return body
+
+
+def test_a_cluster_too_large_for_the_environment_goes_to_every_pod_in_a_config_map() -> None:
+    """50 PS + 5,000 workers: TF_CONFIG inline would pass Linux's 128 KiB limit for one environment
+    string, and be copied into every pod."""
+    children = render_children(_big_job(50, 5000))
+    config_map = children[0]  # first: the pods that mount it wait for it
+    assert (config_map["kind"], config_map["metadata"]["name"]) == ("ConfigMap", f"{JOB}-tf-config")
+    text = config_map["data"]["cluster.json"]
+    cluster = json.loads(text)["cluster"]
+    assert [len(cluster[r]) for r in ("chief", "ps", "worker")] == [1, 50, 5000]
+    assert 128 * 1024 < len(text) < 1024 * 1024  # over the environment's limit, under a ConfigMap's
+    for child in children[1:]:
+        if child["kind"] not in ("StatefulSet", "Job"):
+            continue
+        pod = child["spec"]["template"]["spec"]
+        assert len(json.dumps(child)) < 16 * 1024, child["metadata"]["name"]
+        assert {"name": "psoperator-tf-config", "configMap": {"name": f"{JOB}-tf-config"}} in pod["volumes"]
+        for container in pod["containers"]:
+            env = _env(container)
+            assert "TF_CONFIG" not in env
+            assert env["PSOP_TF_CONFIG_FILE"] == "/etc/psoperator/tf-config/cluster.json"
+            assert {
+                "name": "psoperator-tf-config",
+                "mountPath": "/etc/psoperator/tf-config",
+                "readOnly": True,
+            } in (container["volumeMounts"])
+
+
+def test_the_runtime_composes_from_the_file_the_tf_config_the_environment_would_have_held() -> None:
+    small = _by_kind(render_children(_big_job(2, 300)))
+    large = _by_kind(render_children(_big_job(2, 1000)))
+    assert ("ConfigMap", f"{JOB}-tf-config") not in small
+    cluster_text = large[("ConfigMap", f"{JOB}-tf-config")]["data"]["cluster.json"]
+    for index in (0, 999):
+        env = {"PSOP_ROLE": "worker", "PSOP_TASK_INDEX": str(index), "PSOP_POD_NAME": f"{JOB}-worker-{index}"}
+        from_file = json.loads(contract.tf_config_from_file(cluster_text, env))
+        inline = json.loads(
+            _env(small[("StatefulSet", f"{JOB}-worker")]["spec"]["template"]["spec"]["containers"][0])[
+                "TF_CONFIG"
+            ].replace("$(PSOP_TASK_INDEX)", str(index))
+        )
+        assert from_file["task"] == inline["task"] == {"type": "worker", "index": index}
+        assert from_file["cluster"]["worker"][:300] == inline["cluster"]["worker"]
+    # Before Kubernetes 1.28 the index is empty; the pod's ordinal stands in, as for the environment.
+    env = {"PSOP_ROLE": "ps", "PSOP_TASK_INDEX": "", "PSOP_POD_NAME": f"{JOB}-ps-1"}
+    assert json.loads(contract.tf_config_from_file(cluster_text, env))["task"] == {"type": "ps", "index": 1}

@@ -59,7 +59,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 # The children the operator lists and watches, creates (POST), changes (server-side apply: PATCH)
 # and replaces; never read one by one.
 - apiGroups: [""]
-  resources: ["services"]
+  resources: ["services", "configmaps"]
   verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
@@ -67,12 +67,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# Each job's NetworkPolicies (spec.networkPolicy): listed with the other children every reconcile
-# (no watch: a policy deleted by hand comes back at the next resync), created, applied, deleted
-# when switched off.
+# Each job's NetworkPolicies (spec.networkPolicy): watched with the other children, created,
+# applied, deleted when switched off.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Pods are created by the StatefulSets and Jobs; the operator observes them and deletes them on
 # restart, on a lost node and at clean-up.
 - apiGroups: [""]

@@ -22,7 +22,7 @@ from psoperator.render.networkpolicy import render_peer_policy, render_progress_
 from psoperator.render.pod import Manifest, render_pod_template
 from psoperator.render.services import render_service
 from psoperator.render.statefulsets import render_statefulset
-from psoperator.render.tfconfig import cluster_spec, tf_config
+from psoperator.render.tfconfig import cluster_spec, fits_environment, render_tf_config_map, tf_config
 
 __all__ = ["Manifest", "RenderOptions", "changeable", "render_children", "spec_hash"]
 
@@ -95,9 +95,15 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     cluster = cluster_spec(name, namespace, replicas, spec.port, opts.cluster_domain)
     owner = _owner_reference(job)
     workers_run = not (opts.suspended or opts.stopped)
+    inline = fits_environment(cluster)
+
+    def task_config(role: Role, index: int | None) -> str | None:
+        return tf_config(cluster, role, index) if inline else None
 
     roles = [Role.CHIEF, Role.PS, Role.WORKER] + ([Role.EVALUATOR] if spec.evaluator else [])
-    children: list[Manifest] = [render_service(name, namespace, role, spec.port) for role in roles]
+    # The ConfigMap first: pods that mount it wait for it.
+    children: list[Manifest] = [] if inline else [render_tf_config_map(name, namespace, cluster)]
+    children += [render_service(name, namespace, role, spec.port) for role in roles]
 
     for role, role_spec in ((Role.PS, spec.ps), (Role.WORKER, spec.worker)):
         template = render_pod_template(
@@ -105,7 +111,7 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
             name,
             role,
             role_spec.template,
-            tf_config(cluster, role, None),
+            task_config(role, None),
             index=None,
             restart_policy="Always",
         )
@@ -118,7 +124,7 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
         name,
         Role.CHIEF,
         spec.chief.template,
-        tf_config(cluster, Role.CHIEF, 0),
+        task_config(Role.CHIEF, 0),
         index=0,
         restart_policy="Never",
         attempt=opts.attempt,
@@ -140,7 +146,7 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
             name,
             Role.EVALUATOR,
             spec.evaluator.template,
-            tf_config(cluster, Role.EVALUATOR, 0),
+            task_config(Role.EVALUATOR, 0),
             index=0,
             restart_policy="OnFailure",
         )

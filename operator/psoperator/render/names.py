@@ -19,6 +19,10 @@ ANNOTATION_TRAINER_CONTAINER = f"{GROUP}/trainer-container"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 
 CHECKPOINT_VOLUME = "psoperator-checkpoint"
+# A cluster too large for the environment: a ConfigMap mounted here in every container.
+TF_CONFIG_VOLUME = "psoperator-tf-config"
+TF_CONFIG_DIR = "/etc/psoperator/tf-config"
+TF_CONFIG_FILE = "cluster.json"
 
 
 def child_name(job_name: str, role: Role) -> str:
@@ -35,6 +39,10 @@ def task_address(job_name: str, namespace: str, role: Role, index: int, port: in
     """`<pod-hostname>.<service>.<namespace>.svc.<domain>:<port>`, resolvable through the headless Service."""
     host = pod_hostname(job_name, role, index)
     return f"{host}.{child_name(job_name, role)}.{namespace}.svc.{domain}:{port}"
+
+
+def tf_config_map_name(job_name: str) -> str:
+    return f"{job_name}-tf-config"
 
 
 def selector_labels(job_name: str, role: Role) -> dict[str, str]:

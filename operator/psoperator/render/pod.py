@@ -18,8 +18,12 @@ from psoperator.render.names import (
     CHECKPOINT_VOLUME,
     LABEL_ATTEMPT,
     LABEL_POD_INDEX,
+    TF_CONFIG_DIR,
+    TF_CONFIG_FILE,
+    TF_CONFIG_VOLUME,
     child_labels,
     child_name,
+    tf_config_map_name,
 )
 
 Manifest = dict[str, Any]
@@ -36,9 +40,10 @@ def _field_env(name: str, field_path: str) -> Manifest:
 
 
 def contract_env(
-    spec: PSTrainingJobSpec, job_name: str, role: Role, index: int | None, tf_config: str
+    spec: PSTrainingJobSpec, job_name: str, role: Role, index: int | None, tf_config: str | None
 ) -> list[Manifest]:
-    """The environment of the contract; index None takes the pod's index from its StatefulSet label."""
+    """The environment of the contract; index None takes the pod's index from its StatefulSet label;
+    tf_config None names the file of the cluster instead (see tfconfig.py)."""
     env: list[Manifest] = [
         {"name": contract.ENV_ROLE, "value": role.value},
         {"name": contract.ENV_JOB_NAME, "value": job_name},
@@ -63,17 +68,21 @@ def contract_env(
         env.append(
             {"name": contract.ENV_CHECKPOINT_INTERVAL_SECONDS, "value": str(spec.checkpoint.interval_seconds)}
         )
-    # TF_CONFIG last: it may reference $(PSOP_TASK_INDEX), which must be defined before it.
-    env.append({"name": contract.ENV_TF_CONFIG, "value": tf_config})
+    if tf_config is None:
+        env.append({"name": contract.ENV_TF_CONFIG_FILE, "value": f"{TF_CONFIG_DIR}/{TF_CONFIG_FILE}"})
+    else:  # last: it may reference $(PSOP_TASK_INDEX), which must be defined before it
+        env.append({"name": contract.ENV_TF_CONFIG, "value": tf_config})
     return env
+
+
+# Set by the operator whatever the user's template says: TensorFlow must find its cluster.
+_OWN_ENV = frozenset({contract.ENV_TF_CONFIG, contract.ENV_TF_CONFIG_FILE, contract.ENV_TASK_INDEX})
 
 
 def _merge_env(ours: list[Manifest], theirs: list[Manifest]) -> list[Manifest]:
     """Ours first so the user's env can reference it; a name the user sets is theirs, except TF_CONFIG."""
-    user_names = {e.get("name") for e in theirs} - {contract.ENV_TF_CONFIG, contract.ENV_TASK_INDEX}
-    kept_theirs = [
-        e for e in theirs if e.get("name") not in (contract.ENV_TF_CONFIG, contract.ENV_TASK_INDEX)
-    ]
+    user_names = {e.get("name") for e in theirs} - _OWN_ENV
+    kept_theirs = [e for e in theirs if e.get("name") not in _OWN_ENV]
     return [e for e in ours if e["name"] not in user_names] + kept_theirs
 
 
@@ -96,18 +105,40 @@ def trainer_container_name(template: Manifest) -> str | None:
     return str(names[0]) if names else None
 
 
+_OWN_VOLUMES = frozenset({CHECKPOINT_VOLUME, TF_CONFIG_VOLUME})
+
+
+def _our_volumes(
+    spec: PSTrainingJobSpec, job_name: str, tf_config: str | None, pod_spec: Manifest
+) -> list[Manifest]:
+    """Put the checkpoint volume and, without `tf_config`, the job's TF_CONFIG ConfigMap into the
+    pod spec (replacing any of the same name); return the mounts every container gets."""
+    volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in _OWN_VOLUMES]
+    mounts: list[Manifest] = []
+    if spec.checkpoint.volume is not None and not is_uri(spec.checkpoint.dir):
+        volumes.append({"name": CHECKPOINT_VOLUME, **spec.checkpoint.volume})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.dir})
+    if tf_config is None:
+        volumes.append({"name": TF_CONFIG_VOLUME, "configMap": {"name": tf_config_map_name(job_name)}})
+        mounts.append({"name": TF_CONFIG_VOLUME, "mountPath": TF_CONFIG_DIR, "readOnly": True})
+    if volumes or "volumes" in pod_spec:
+        pod_spec["volumes"] = volumes
+    return mounts
+
+
 def render_pod_template(
     spec: PSTrainingJobSpec,
     job_name: str,
     role: Role,
     template: Manifest,
-    tf_config: str,
+    tf_config: str | None,
     *,
     index: int | None,
     restart_policy: str,
     attempt: int | None = None,
 ) -> Manifest:
-    """The full pod template of one role. `index` None: a StatefulSet's pods, indexed by the kubelet."""
+    """The full pod template of one role. `index` None: a StatefulSet's pods, indexed by the kubelet;
+    `tf_config` None: the cluster comes from the job's ConfigMap, mounted in every container."""
     pod = copy.deepcopy(template)
     meta = pod.setdefault("metadata", {})
     meta["labels"] = {**meta.get("labels", {}), **child_labels(job_name, role)}
@@ -127,21 +158,15 @@ def render_pod_template(
     pod_spec.setdefault("automountServiceAccountToken", False)
 
     env = contract_env(spec, job_name, role, index, tf_config)
-    use_volume = spec.checkpoint.volume is not None and not is_uri(spec.checkpoint.dir)
-    if use_volume:
-        volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") != CHECKPOINT_VOLUME]
-        volumes.append({"name": CHECKPOINT_VOLUME, **(spec.checkpoint.volume or {})})
-        pod_spec["volumes"] = volumes
-
+    mounts = _our_volumes(spec, job_name, tf_config, pod_spec)
     containers: list[Manifest] = pod_spec.setdefault("containers", [])
     for container in containers:
         if not container.get("image") and spec.image:
             container["image"] = spec.image
         container["env"] = _merge_env(env, container.get("env", []))
-        if use_volume:
-            mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != CHECKPOINT_VOLUME]
-            mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.dir})
-            container["volumeMounts"] = mounts
+        theirs = [m for m in container.get("volumeMounts", []) if m.get("name") not in _OWN_VOLUMES]
+        if theirs or mounts or "volumeMounts" in container:
+            container["volumeMounts"] = theirs + mounts
         if container.get("name") == trainer:
             # The trainer serves the task's gRPC port and, in the chief, the progress report.
             if role is not Role.EVALUATOR:

@@ -3,14 +3,20 @@
 StatefulSet pods share one template, so the task index cannot be written into it: the rendered
 value references `$(PSOP_TASK_INDEX)`, which the kubelet expands from the pod's own
 `apps.kubernetes.io/pod-index` label (downward API) when it starts the container.
+
+A cluster whose TF_CONFIG exceeds contract.TF_CONFIG_ENV_LIMIT goes into one ConfigMap instead,
+mounted in every container (PSOP_TF_CONFIG_FILE names the file): the runtime composes TF_CONFIG
+from it (contract.tf_config_from_file). A ConfigMap holds at most 1 MiB: about 14,000 tasks whose
+addresses are 70 characters long; beyond, the API server refuses it and a ChildRejected event says so.
 """
 
 from __future__ import annotations
 
 import json
 
-from psoperator.contract import CLUSTER_ROLES, ENV_TASK_INDEX, Role
-from psoperator.render.names import task_address
+from psoperator.contract import CLUSTER_ROLES, ENV_TASK_INDEX, TF_CONFIG_ENV_LIMIT, Role
+from psoperator.render.names import TF_CONFIG_FILE, job_labels, task_address, tf_config_map_name
+from psoperator.render.pod import Manifest
 
 INDEX_REFERENCE = f"$({ENV_TASK_INDEX})"
 # A JSON-safe placeholder swapped for the unquoted $(VAR) reference after serialisation.
@@ -35,3 +41,22 @@ def tf_config(cluster: dict[str, list[str]], role: Role, index: int | None) -> s
     task_index: int | str = _INDEX_PLACEHOLDER if index is None else index
     text = json.dumps({"cluster": cluster, "task": {"type": role.value, "index": task_index}}, sort_keys=True)
     return text.replace(f'"{_INDEX_PLACEHOLDER}"', INDEX_REFERENCE)
+
+
+def fits_environment(cluster: dict[str, list[str]]) -> bool:
+    """Whether every task's TF_CONFIG can go into its environment (the largest is a worker's)."""
+    return len(tf_config(cluster, Role.WORKER, None).encode()) <= TF_CONFIG_ENV_LIMIT
+
+
+def render_tf_config_map(job_name: str, namespace: str, cluster: dict[str, list[str]]) -> Manifest:
+    """The cluster of a job too large for the environment, as the file every task reads."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": tf_config_map_name(job_name),
+            "namespace": namespace,
+            "labels": job_labels(job_name, "tf-config"),
+        },
+        "data": {TF_CONFIG_FILE: json.dumps({"cluster": cluster}, sort_keys=True, separators=(",", ":"))},
+    }

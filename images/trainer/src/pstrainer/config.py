@@ -200,6 +200,19 @@ def parse_tf_config(text: str | None) -> tuple[dict[str, list[str]], Role, int]:
     return cluster, role, index
 
 
+def _tf_config(env: Mapping[str, str]) -> str | None:
+    """TF_CONFIG from the environment or, for a cluster too large for it, from the file it names."""
+    text = contract.tf_config_text(env)
+    path = env.get(contract.ENV_TF_CONFIG_FILE)
+    if text is not None or not path:
+        return text
+    try:
+        with open(path, encoding="utf-8") as file:
+            return contract.tf_config_from_file(file.read(), env)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{contract.ENV_TF_CONFIG_FILE}={path}: {err}") from None
+
+
 def load_config(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
     """Everything the runtime needs, validated; ConfigError with a readable message otherwise."""
     try:
@@ -207,7 +220,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
     except ValueError as err:  # a bad PSTRAINER_* default is converted lazily by argparse
         raise ConfigError(str(err)) from None
 
-    cluster, role, index = parse_tf_config(contract.tf_config_text(env))
+    cluster, role, index = parse_tf_config(_tf_config(env))
     declared_role = env.get(contract.ENV_ROLE)
     if declared_role and declared_role != role.value:
         raise ConfigError(f"{contract.ENV_ROLE}={declared_role} but TF_CONFIG says {role.value}")

@@ -1,0 +1,170 @@
+"""`python -m e2e.bench [--full] [--scenarios burst,recovery,steady,big] [--json PATH]`: see __init__."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from e2e.bench import measure, scenarios
+from e2e.conftest import CHART_NAMESPACE, CRD_FILE, OperatorProcess, chart_account_kubeconfig, kubectl
+from e2e.util import free_port
+
+SCENARIOS = ("burst", "recovery", "steady", "big")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    burst_jobs: int
+    burst_rounds: int  # each round runs ours and the floor, in alternating order
+    recovery_jobs: int
+    steady_jobs: int
+    steady_seconds: float
+    big_ps: int
+    big_workers: int
+
+
+SHORT = Sizes(20, 2, 20, 50, 60, 10, 500)
+FULL = Sizes(200, 2, 100, 1000, 300, 50, 5000)
+
+
+def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str]) -> dict[str, Any]:
+    results: dict[str, Any] = {"sizes": asdict(sizes)}
+    if "burst" in chosen:
+        rounds: dict[str, list[dict[str, Any]]] = {"ours": [], "floor": []}
+        for r in range(sizes.burst_rounds):
+            for kind in ("ours", "floor") if r % 2 == 0 else ("floor", "ours"):
+                rounds[kind].append(scenarios.burst(bench, kind, sizes.burst_jobs))
+                print(
+                    f"burst round {r + 1} {kind}: {measure.percentiles(rounds[kind][-1]['seconds'])}",
+                    flush=True,
+                )
+        results["burst"] = rounds
+    if "recovery" in chosen:
+        results["recovery"] = scenarios.recovery(bench, sizes.recovery_jobs)
+    if "steady" in chosen:
+        results["steady"] = scenarios.steady(bench, sizes.steady_jobs, sizes.steady_seconds)
+    if "big" in chosen:
+        results["big"] = scenarios.big(bench, sizes.big_ps, sizes.big_workers)
+    return results
+
+
+def _row(label: str, value: str, note: str = "") -> str:
+    return f"{label:<44} {value:<40} {note}"
+
+
+STAGES = ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief")
+
+
+def _burst_rows(sizes: dict[str, Any], burst: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = []
+    for i, (ours, floor) in enumerate(zip(burst["ours"], burst["floor"], strict=True)):
+        o, f = measure.percentiles(ours["seconds"]), measure.percentiles(floor["seconds"])
+        label = f"burst {sizes['burst_jobs']} jobs, round {i + 1}: create -> Running"
+        for q in ("p50", "p95", "p99", "last"):
+            values = f"ours {o[q]:6.2f}s floor {f[q]:6.2f}s"
+            lines.append(_row(f"{label} {q}", values, f"ours/floor {o[q] / f[q]:.2f}"))
+        counts = f"{ours['writes_per_job']:.1f} / {ours['requests_per_job']:.1f}"
+        lines.append(_row("  operator API writes / requests per job", counts))
+    return lines
+
+
+def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, list[float]]) -> list[str]:
+    p = measure.percentiles(recovery["seconds"])
+    label = f"recovery, {sizes['recovery_jobs']} jobs: PS failure -> new chief"
+    lines = [_row(label, f"p50 {p['p50']:.2f}s p99 {p['p99']:.2f}s max {p['last']:.2f}s")]
+    for stage in STAGES:
+        part = measure.percentiles(recovery[stage])
+        lines.append(_row(f"  {stage.replace('_', ' ')}", f"p50 {part['p50']:.2f}s p99 {part['p99']:.2f}s"))
+    return lines
+
+
+def _steady_rows(sizes: dict[str, Any], steady: dict[str, dict[str, float]]) -> list[str]:
+    lines = []
+    for window, s in steady.items():
+        label = f"steady, {sizes['steady_jobs']} Running jobs, {window}, {sizes['steady_seconds']:.0f}s"
+        lines.append(_row(f"{label}: RSS, CPU", f"{s['rss_mib']:.0f} MiB, {s['cpu_percent']:.1f}% of a core"))
+        requests = f"{s['requests_per_job_minute']:.2f} ({s['writes_per_job_minute']:.2f})"
+        lines.append(_row("  per job per minute: API requests (writes)", requests))
+        polls = f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}"
+        lines.append(_row("  per job per minute: reconciles, progress polls", polls))
+    return lines
+
+
+def _big_rows(sizes: dict[str, Any], b: dict[str, float]) -> list[str]:
+    label = f"big job, {sizes['big_ps']} PS + {sizes['big_workers']} workers"
+    return [
+        _row(f"{label}: create -> Running", f"{b['startup_seconds']:.1f}s"),
+        _row(
+            "  PS failure -> new chief; peak operator RSS",
+            f"{b['recovery_seconds']:.2f}s; {b['peak_rss_mib']:.0f} MiB",
+        ),
+        _row(
+            "  inject -> PS Failed -> chief stopping -> new",
+            " / ".join(f"{b.get(k, 0):.2f}s" for k in STAGES),
+        ),
+    ]
+
+
+def table(results: dict[str, Any]) -> list[str]:
+    rows: dict[str, Callable[[dict[str, Any], Any], list[str]]] = {
+        "burst": _burst_rows,
+        "recovery": _recovery_rows,
+        "steady": _steady_rows,
+        "big": _big_rows,
+    }
+    lines = [_row("metric", "value", "note")]
+    for scenario, rows_of in rows.items():
+        if scenario in results:
+            lines += rows_of(results["sizes"], results[scenario])
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="the operator's benchmark (see e2e/bench/__init__.py)")
+    parser.add_argument("--full", action="store_true", help="the issue's sizes (long: tens of minutes)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
+    parser.add_argument("--json", type=Path, default=Path("bench.json"))
+    args = parser.parse_args()
+    chosen = [s for s in args.scenarios.split(",") if s]
+    if unknown := set(chosen) - set(SCENARIOS):
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    if not os.environ.get("KUBECONFIG"):
+        sys.exit("set KUBECONFIG (e.g. KUBECONFIG=$(e2e/cluster/cluster.sh up))")
+    sizes = FULL if args.full else SHORT
+    kubeconfig = Path(os.environ["KUBECONFIG"])
+    api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    workdir = Path(tempfile.mkdtemp(prefix="psoperator-bench-"))
+    operator_kubeconfig = chart_account_kubeconfig(kubeconfig, api, "psoperator", workdir / "kubeconfig")
+    accounts = client.CoreV1Api(api).list_namespaced_service_account(CHART_NAMESPACE).items
+    names = [str(a.metadata.name) for a in accounts if a.metadata and a.metadata.name != "default"]
+    measure.count_operator_requests(api, names[0])
+    busiest = max(sizes.burst_jobs * 7, sizes.steady_jobs * 7, 1 + sizes.big_ps + sizes.big_workers)
+    measure.add_nodes(api, busiest)
+    metrics_port = free_port()
+    operator = OperatorProcess(
+        operator_kubeconfig, "bench-ours-*", workdir / "operator.log", ["--metrics-port", str(metrics_port)]
+    )
+    operator.start()
+    try:
+        results = run(scenarios.Bench(api, kubeconfig, operator, metrics_port), sizes, chosen)
+    finally:
+        operator.stop()
+        print(f"operator log: {operator.log_path}")
+    print("\n".join(table(results)))
+    args.json.write_text(json.dumps(results, indent=1))
+    print(f"written: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

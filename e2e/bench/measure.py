@@ -1,0 +1,167 @@
+"""What the benchmark reads: the API server's request counts for the operator's account, the
+operator process's RSS and CPU (from /proc), its reconcile count (its Prometheus metrics), and the
+simulated nodes it adds so that thousands of pods fit."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from e2e.conftest import CHART_NAMESPACE, kubectl
+from e2e.util import wait_for
+
+FLOW_WRITES, FLOW_OTHERS = "psoperator-bench-writes", "psoperator-bench-others"
+WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
+Obj = dict[str, Any]
+NODE_PODS = 1000  # pods per simulated node the benchmark adds
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    cut = statistics.quantiles(ordered, n=100, method="inclusive") if len(ordered) > 1 else ordered * 99
+    return {"p50": cut[49], "p95": cut[94], "p99": cut[98], "last": ordered[-1], "n": len(ordered)}
+
+
+def _flow_schema(name: str, precedence: int, account: str, rules: Obj) -> Obj:
+    subject = {"kind": "ServiceAccount", "serviceAccount": {"name": account, "namespace": CHART_NAMESPACE}}
+    return {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "FlowSchema",
+        "metadata": {"name": name},
+        "spec": {
+            "priorityLevelConfiguration": {"name": "workload-low"},
+            "matchingPrecedence": precedence,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{"subjects": [subject], **rules}],
+        },
+    }
+
+
+def count_operator_requests(api: client.ApiClient, account: str) -> None:
+    """Two FlowSchemas for the operator's ServiceAccount: its writes, and all else (reads, watches,
+    discovery). The API server then counts each apart, whatever client library sent them."""
+    every: Obj = {"apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": True}
+    writes = {"resourceRules": [{**every, "verbs": WRITE_VERBS}]}
+    others = {
+        "resourceRules": [{**every, "verbs": ["*"]}],
+        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+    }
+    custom = client.CustomObjectsApi(api)
+    for body in (
+        _flow_schema(FLOW_WRITES, 600, account, writes),
+        _flow_schema(FLOW_OTHERS, 601, account, others),
+    ):
+        try:
+            custom.create_cluster_custom_object("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", body)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+
+@dataclass(frozen=True)
+class Requests:
+    writes: float
+    others: float
+
+    def __sub__(self, before: Requests) -> Requests:
+        return Requests(self.writes - before.writes, self.others - before.others)
+
+    @property
+    def total(self) -> float:
+        return self.writes + self.others
+
+
+def operator_requests(kubeconfig: Path) -> Requests:
+    counts = {FLOW_WRITES: 0.0, FLOW_OTHERS: 0.0}
+    for line in kubectl(kubeconfig, "get", "--raw", "/metrics").splitlines():
+        if line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
+            for name in counts:
+                if f'flow_schema="{name}"' in line:
+                    counts[name] += float(line.rsplit(" ", 1)[1])
+    return Requests(counts[FLOW_WRITES], counts[FLOW_OTHERS])
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class PeakRss:
+    """The highest RSS of a process, sampled every half second while in the `with` block."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, rss_mib(self.pid))
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def reconciles(metrics_port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("psoperator_reconcile_duration_seconds_count")
+    )
+
+
+def add_nodes(api: client.ApiClient, pods: int) -> int:
+    """Simulated CPU nodes (KWOK) with room for `pods` pods, each with a /16 of loopback pod IPs."""
+    core = client.CoreV1Api(api)
+    count = -(-pods // NODE_PODS)
+    capacity = {"cpu": "1000", "memory": "4Ti", "pods": str(NODE_PODS)}
+    for i in range(count):
+        node: Obj = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"bench-{i}",
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "type": "kwok",
+                    "psoperator.io/pool": "cpu",
+                    "kubernetes.io/hostname": f"bench-{i}",
+                },
+            },
+            "spec": {"podCIDR": f"127.{100 + i}.0.0/16", "podCIDRs": [f"127.{100 + i}.0.0/16"]},
+            "status": {"capacity": capacity, "allocatable": capacity},
+        }
+        try:
+            core.create_node(node)  # type: ignore[arg-type]  # the client sends a dict as it is
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+    def ready(name: str) -> bool:
+        conditions = (core.read_node(name).status or client.V1NodeStatus()).conditions or []
+        return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+    wait_for(lambda: all(ready(f"bench-{i}") for i in range(count)), timeout=60, message="bench nodes Ready")
+    return count

@@ -1,0 +1,256 @@
+"""The scenarios: each creates its jobs in a namespace of its own and deletes it afterwards.
+
+The operator watches `bench-ours-*` namespaces only; the floor's jobs (created so that their
+children have an owner, as the operator's do) live in `bench-floor-*`, which it never sees.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from e2e import chaos, psjobs
+from e2e.bench import measure
+from e2e.bench.podwatch import PodWatch
+from e2e.bench.progress import ChiefProgress
+from e2e.conftest import OperatorProcess
+from e2e.util import wait_for
+from psoperator.kube import Kube
+from psoperator.render import render_children
+
+Obj = dict[str, Any]
+CREATORS = 8  # concurrent clients creating the jobs of a burst (the same for ours and the floor)
+TIMEOUT = 1800.0
+
+
+@dataclass
+class Bench:
+    api: client.ApiClient
+    kubeconfig: Path  # the admin's: metrics, namespaces, chaos
+    operator: OperatorProcess
+    metrics_port: int
+
+
+def job_manifest(name: str, ps: int, workers: int) -> Obj:
+    """1 chief + `ps` PS + `workers` CPU workers, on any simulated node."""
+    cpu = {"template": {"spec": {"containers": [{"name": "trainer"}]}}}
+    return psjobs.manifest(name, ps={**cpu, "replicas": ps}, worker={**cpu, "replicas": workers})
+
+
+def namespace(bench: Bench, kind: str) -> str:
+    core = client.CoreV1Api(bench.api)
+    name = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(lambda: core.read_namespaced_service_account("default", name), timeout=60, message="sa")
+    return name
+
+
+def delete_namespace(bench: Bench, name: str) -> None:
+    """Delete it and wait until it is gone, so that the next scenario runs on a quiet cluster."""
+    core = client.CoreV1Api(bench.api)
+    core.delete_namespace(name)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(name)
+        except ApiException as error:
+            return bool(error.status == 404)
+        return False
+
+    wait_for(gone, timeout=TIMEOUT, interval=1.0, message=f"namespace {name} deleted")
+
+
+def create_all(names: list[str], create: Callable[[str], None]) -> None:
+    with ThreadPoolExecutor(CREATORS) as pool:
+        list(pool.map(create, names))
+
+
+def create_ours(bench: Bench, ns: str, ps: int, workers: int) -> Callable[[str], None]:
+    def create(name: str) -> None:
+        psjobs.create(bench.api, ns, job_manifest(name, ps, workers))
+
+    return create
+
+
+def create_floor(bench: Bench, ns: str, ps: int, workers: int) -> Callable[[str], None]:
+    """The job object (never reconciled: no operator watches the namespace), then its children as
+    the operator would create them."""
+    kube = Kube(bench.api)
+
+    def create(name: str) -> None:
+        job = psjobs.create(bench.api, ns, job_manifest(name, ps, workers))
+        kube.apply_children(ns, job["metadata"]["uid"], render_children(job), [])
+
+    return create
+
+
+def burst(bench: Bench, kind: str, jobs: int) -> dict[str, Any]:
+    """`jobs` jobs created at once: seconds from the start of the burst to each job's pods all Running."""
+    ns = namespace(bench, kind)
+    names = [f"b{i}" for i in range(jobs)]
+    factory = create_ours if kind == "ours" else create_floor
+    try:
+        with PodWatch(bench.api, ns, pods_per_job=7) as pods:
+            before = measure.operator_requests(bench.kubeconfig)
+            started = time.monotonic()
+            create_all(names, factory(bench, ns, 2, 4))
+            done = pods.wait_all_running(names, TIMEOUT)
+            # Ours: what the operator wrote until then, and its later status writes (Running).
+            if kind == "ours":
+                wait_for(
+                    lambda: _all_phase(bench, ns, "Running"), timeout=TIMEOUT, interval=1.0, message="Running"
+                )
+            requests = measure.operator_requests(bench.kubeconfig) - before
+    finally:
+        delete_namespace(bench, ns)
+    return {
+        "seconds": [done[n] - started for n in names],
+        "writes_per_job": requests.writes / jobs if kind == "ours" else None,
+        "requests_per_job": requests.total / jobs if kind == "ours" else None,
+    }
+
+
+def _all_phase(bench: Bench, ns: str, phase: str, established: bool = False) -> bool:
+    listed: Any = client.CustomObjectsApi(bench.api).list_namespaced_custom_object(
+        psjobs.GROUP, psjobs.VERSION, ns, psjobs.PLURAL
+    )
+    statuses = [item.get("status") or {} for item in listed["items"]]
+    return all(
+        s.get("phase") == phase and (not established or (s.get("tracking") or {}).get("psEstablished"))
+        for s in statuses
+    )
+
+
+@dataclass
+class RunningJobs:
+    namespace: str
+    names: list[str]
+    pods: PodWatch
+    started: float  # when their creation began
+
+
+def start_running(bench: Bench, kind: str, jobs: int, ps: int, workers: int) -> RunningJobs:
+    """A namespace with `jobs` jobs whose every PS ran with the chief (a PS loss now restarts it).
+    The caller closes `pods` and deletes the namespace."""
+    ns = namespace(bench, kind)
+    names = [f"j{i}" for i in range(jobs)]
+    pods = PodWatch(bench.api, ns, pods_per_job=1 + ps + workers).__enter__()
+    started = time.monotonic()
+    create_all(names, create_ours(bench, ns, ps, workers))
+    pods.wait_all_running(names, TIMEOUT)
+    wait_for(lambda: _all_phase(bench, ns, "Running", established=True), timeout=TIMEOUT, interval=1.0,
+             message="jobs Running with their PS established")  # fmt: skip
+    return RunningJobs(ns, names, pods, started)
+
+
+def stop(bench: Bench, jobs: RunningJobs) -> None:
+    jobs.pods.__exit__()
+    delete_namespace(bench, jobs.namespace)
+
+
+def fail_ps(bench: Bench, ns: str, names: list[str]) -> dict[str, float]:
+    """PS 0 of every job fails (exit 1) at once; returns when each failure was injected."""
+    core = client.CoreV1Api(bench.api)
+    annotations = {"metadata": {"annotations": {chaos.ANNOTATION_EXIT_CODE: "1"}}}
+    failed_at: dict[str, float] = {}
+
+    def fail(name: str) -> None:
+        failed_at[name] = time.monotonic()
+        core.patch_namespaced_pod(f"{name}-ps-0", ns, annotations, _content_type=chaos.MERGE_PATCH)
+
+    create_all(names, fail)
+    return failed_at
+
+
+def recovery(bench: Bench, jobs: int) -> dict[str, Any]:
+    running = start_running(bench, "ours-recovery", jobs, 2, 4)
+    try:
+        injected = fail_ps(bench, running.namespace, running.names)
+        chiefs = running.pods.wait_chiefs(running.names, attempt=1, timeout=TIMEOUT)
+    finally:
+        stop(bench, running)
+    return {"seconds": [chiefs[n] - injected[n] for n in running.names], **_stages(running.pods, injected)}
+
+
+def _stages(pods: PodWatch, injected: dict[str, float]) -> dict[str, list[float]]:
+    """Where a recovery's time goes: KWOK failing the PS (inject -> PS Failed, as the watch shows
+    it), the operator deciding (-> the old chief pod asked to stop), and stopping the old chief
+    and starting the new one (KWOK, the operator's hold, the Job controller)."""
+    failed, stopping = (
+        pods.ps_failed_at,
+        {job: t for (job, a), t in pods.chief_deleting_at.items() if a == "0"},
+    )
+    new = {job: t for (job, a), t in pods.chief_seen_at.items() if a == "1"}
+    jobs = [j for j in injected if j in failed and j in stopping and j in new]
+    return {
+        "inject_to_ps_failed": [failed[j] - injected[j] for j in jobs],
+        "ps_failed_to_chief_stopping": [stopping[j] - failed[j] for j in jobs],
+        "chief_stopping_to_new_chief": [new[j] - stopping[j] for j in jobs],
+    }
+
+
+def chief_addresses(bench: Bench, ns: str) -> list[str]:
+    listed = client.CoreV1Api(bench.api).list_namespaced_pod(ns, label_selector=f"{psjobs.LABEL_ROLE}=chief")
+    return [str(p.status.pod_ip) for p in listed.items if p.status and p.status.pod_ip]
+
+
+def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
+    """`jobs` Running jobs left alone, first with no progress endpoint (as on KWOK), then with chiefs
+    that report a step that moves at every poll: what the operator costs at rest and in training."""
+    running = start_running(bench, "ours-steady", jobs, 2, 4)
+    try:
+        time.sleep(15)  # the last status writes of start-up
+        idle = _window(bench, jobs, seconds, None)
+        with ChiefProgress() as progress:
+            progress.serve(chief_addresses(bench, running.namespace))
+            time.sleep(15)  # every job has polled once
+            training = _window(bench, jobs, seconds, progress)
+    finally:
+        stop(bench, running)
+    return {"idle": idle, "training": training}
+
+
+def _window(bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | None) -> dict[str, float]:
+    pid = bench.operator.pid
+    assert pid is not None
+    requests, cpu = measure.operator_requests(bench.kubeconfig), measure.cpu_seconds(pid)
+    count, fetches = measure.reconciles(bench.metrics_port), progress.requests if progress else 0
+    time.sleep(seconds)
+    requests = measure.operator_requests(bench.kubeconfig) - requests
+    per_job_minute = 60 / seconds / jobs
+    return {
+        "rss_mib": measure.rss_mib(pid),
+        "cpu_percent": 100 * (measure.cpu_seconds(pid) - cpu) / seconds,
+        "requests_per_job_minute": requests.total * per_job_minute,
+        "writes_per_job_minute": requests.writes * per_job_minute,
+        "reconciles_per_job_minute": (measure.reconciles(bench.metrics_port) - count) * per_job_minute,
+        "progress_fetches_per_job_minute": ((progress.requests if progress else 0) - fetches)
+        * per_job_minute,
+    }
+
+
+def big(bench: Bench, ps: int, workers: int) -> dict[str, Any]:
+    """One job of `ps` PS and `workers` workers: start-up, a PS failure, the operator's peak RSS."""
+    pid = bench.operator.pid
+    assert pid is not None
+    with measure.PeakRss(pid) as rss:
+        running = start_running(bench, "ours-big", 1, ps, workers)
+        name = running.names[0]
+        try:
+            startup = running.pods.all_running_at[name] - running.started
+            injected = fail_ps(bench, running.namespace, running.names)
+            recovered = (
+                running.pods.wait_chiefs(running.names, attempt=1, timeout=TIMEOUT)[name] - injected[name]
+            )
+        finally:
+            stop(bench, running)
+    stages = {k: v[0] for k, v in _stages(running.pods, injected).items() if v}
+    return {"startup_seconds": startup, "recovery_seconds": recovered, "peak_rss_mib": rss.peak, **stages}

@@ -1,0 +1,126 @@
+"""What the watches have shown of each job, its children and its pods: reconciles read here.
+
+kopf already streams every job and, through server-side label selectors (handlers.configure), only
+the children and pods that carry a job's label; the event handlers keep the latest version of each
+here, so a reconcile lists nothing. A reconcile that is about to act (create, patch or delete a
+child, delete a pod, restart the chief, emit an event) reads the job and its children fresh from the
+API and decides again (handlers.reconcile_once): the watch may lag the API server by a few events,
+and the restart counter must be read where it was last written, or a restart could be made twice.
+A fresh read also adds what the watch has not delivered yet and drops what vanished unseen (a watch
+that restarted after its history was compacted sends no DELETED for objects gone meanwhile).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from psoperator.observe import slim_pod
+from psoperator.render.names import LABEL_JOB
+
+Obj = dict[str, Any]
+JobKey = tuple[str, str]  # (namespace, job name)
+ChildKey = tuple[str, str]  # (kind, name)
+
+
+def _version(obj: Obj) -> int:
+    """The object's resourceVersion as a number: etcd's revision, which every version of an object
+    and every write's response carries. The API contract calls it opaque, so a value that is not a
+    number orders as 0 (then the latest to arrive wins)."""
+    text = str(obj.get("metadata", {}).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else 0
+
+
+@dataclass
+class _Entry:
+    obj: Obj
+    seen: float  # time.monotonic() of its arrival
+
+
+@dataclass
+class Snapshot:
+    job: Obj
+    children: list[Obj]  # with `kind` set on each
+    pods: list[Obj]  # slimmed (observe.slim_pod)
+
+
+@dataclass
+class WatchCache:
+    jobs: dict[JobKey, Obj] = field(default_factory=dict)
+    children: dict[JobKey, dict[ChildKey, _Entry]] = field(default_factory=lambda: defaultdict(dict))
+    pods: dict[JobKey, dict[str, _Entry]] = field(default_factory=lambda: defaultdict(dict))
+    read_at: dict[JobKey, float] = field(default_factory=dict)  # the last fresh read of each job
+    written_at: dict[JobKey, float] = field(default_factory=dict)  # the operator's last status write
+
+    def job_seen(self, namespace: str, name: str, body: Obj) -> bool:
+        """Keep the newer version of the job; True when it asks for a reconcile: new, a changed
+        spec (generation) or being deleted. Its status, which the operator writes, does not."""
+        key = (namespace, name)
+        old = self.jobs.get(key)
+        if old is not None and _version(body) and _version(body) < _version(old):
+            return False  # the echo of a write whose response is stored already
+        self.jobs[key] = body
+        meta, before = body.get("metadata", {}), (old or {}).get("metadata", {})
+        return (
+            old is None or meta.get("generation") != before.get("generation") or "deletionTimestamp" in meta
+        )
+
+    def child_seen(self, event: str | None, body: Obj) -> JobKey | None:
+        meta = {k: v for k, v in body.get("metadata", {}).items() if k != "managedFields"}
+        kept = {**body, "metadata": meta}
+        return self._seen(self.children, event, body, (str(body.get("kind")), _name(body)), kept)
+
+    def pod_seen(self, event: str | None, body: Obj) -> JobKey | None:
+        return self._seen(self.pods, event, body, _name(body), slim_pod(body))
+
+    def _seen(
+        self, store: dict[JobKey, dict[Any, _Entry]], event: str | None, body: Obj, key: Any, kept: Obj
+    ) -> JobKey | None:
+        meta = body.get("metadata", {})
+        job = meta.get("labels", {}).get(LABEL_JOB)
+        if not job or not meta.get("namespace"):
+            return None
+        owner = (meta["namespace"], job)
+        if event == "DELETED":
+            store[owner].pop(key, None)
+            if not store[owner]:
+                del store[owner]
+        else:
+            store[owner][key] = _Entry(kept, time.monotonic())
+        return owner
+
+    def forget(self, key: JobKey) -> None:
+        for store in (self.jobs, self.children, self.pods, self.read_at, self.written_at):
+            store.pop(key, None)
+
+    def snapshot(self, key: JobKey) -> Snapshot | None:
+        job = self.jobs.get(key)
+        if job is None:
+            return None
+        children = [e.obj for e in self.children.get(key, {}).values()]
+        return Snapshot(job, children, [e.obj for e in self.pods.get(key, {}).values()])
+
+    def read_fresh(self, key: JobKey, job: Obj, children: list[Obj], pods: list[Obj], started: float) -> None:
+        """A fresh read of the job (begun at `started`): add what the watch has not shown yet, drop
+        what it last showed before the read began and the read no longer found."""
+        self.job_seen(*key, job)
+        self.read_at[key] = started
+        self._merge(self.children, key, {(str(c["kind"]), _name(c)): c for c in children}, started)
+        self._merge(self.pods, key, {_name(p): slim_pod(p) for p in pods}, started)
+
+    @staticmethod
+    def _merge(
+        store: dict[JobKey, dict[Any, _Entry]], key: JobKey, listed: dict[Any, Obj], started: float
+    ) -> None:
+        entries = store[key]
+        for name in [n for n, e in entries.items() if n not in listed and e.seen < started]:
+            del entries[name]
+        for name, obj in listed.items():
+            if name not in entries or _version(obj) > _version(entries[name].obj):
+                entries[name] = _Entry(obj, started)
+
+
+def _name(obj: Obj) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))

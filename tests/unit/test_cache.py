@@ -1,0 +1,96 @@
+"""The watch cache: what the watches delivered, which changes of a job wake it, and a fresh read."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from psoperator.cache import WatchCache
+from psoperator.render import render_children
+from psoperator.render.names import LABEL_JOB
+from tests.unit.builders import NS, job
+
+Obj = dict[str, Any]
+
+
+def _job(generation: int, version: int, **status: Any) -> Obj:
+    body = job()
+    body["metadata"].update(generation=generation, resourceVersion=str(version))
+    body["status"] = status
+    return body
+
+
+def _pod(name: str, phase: str = "Running", version: int = 1) -> Obj:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"{name}-uid",
+            "resourceVersion": str(version),
+            "labels": {LABEL_JOB: "ctr"},
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "trainer", "env": [{"name": "TF_CONFIG"}]}]},
+        "status": {"phase": phase},
+    }
+
+
+def test_the_operator_s_own_status_write_does_not_ask_for_a_reconcile() -> None:
+    cache = WatchCache()
+    assert cache.job_seen(NS, "ctr", _job(1, 10))  # new
+    assert not cache.job_seen(NS, "ctr", _job(1, 11, step=100))  # status only
+    assert cache.job_seen(NS, "ctr", _job(2, 12, step=100))  # the spec changed
+
+
+def test_an_older_version_of_the_job_does_not_replace_a_newer_write_response() -> None:
+    cache = WatchCache()
+    cache.job_seen(NS, "ctr", _job(1, 20, step=200))  # the response of the operator's status write
+    cache.job_seen(NS, "ctr", _job(1, 15, step=100))  # an earlier version, late through the watch
+    snapshot = cache.snapshot((NS, "ctr"))
+    assert snapshot is not None and snapshot.job["status"] == {"step": 200}
+
+
+def test_children_and_pods_come_from_events_and_go_with_deletion() -> None:
+    cache = WatchCache()
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    for child in render_children(job()):
+        assert cache.child_seen("ADDED", child) == (NS, "ctr")
+    assert cache.pod_seen("ADDED", _pod("ctr-ps-0")) == (NS, "ctr")
+    cache.pod_seen("MODIFIED", _pod("ctr-ps-0", "Failed", 2))
+    cache.pod_seen("ADDED", _pod("ctr-ps-1"))
+    cache.pod_seen("DELETED", _pod("ctr-ps-1"))
+    snapshot = cache.snapshot((NS, "ctr"))
+    assert snapshot is not None
+    rendered = {(c["kind"], c["metadata"]["name"]) for c in render_children(job())}
+    assert {(c["kind"], c["metadata"]["name"]) for c in snapshot.children} == rendered
+    [pod] = snapshot.pods
+    assert pod["status"]["phase"] == "Failed"
+    # Kept slim: what parse_pod reads, not the environment or managedFields.
+    assert pod["spec"]["containers"] == [{"name": "trainer"}] and "managedFields" not in pod["metadata"]
+    cache.forget((NS, "ctr"))
+    assert cache.snapshot((NS, "ctr")) is None and not cache.pods and not cache.children
+
+
+def test_an_object_without_the_job_label_is_not_kept() -> None:
+    cache = WatchCache()
+    stranger = _pod("other")
+    stranger["metadata"]["labels"] = {}
+    assert cache.pod_seen("ADDED", stranger) is None and not cache.pods
+
+
+def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_unseen() -> None:
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    cache.pod_seen("ADDED", _pod("vanished"))  # its DELETED event was lost (a watch restarted)
+    cache.pod_seen("ADDED", _pod("ctr-ps-0", "Running", 5))
+    started = time.monotonic()
+    cache.pod_seen("ADDED", _pod("after-the-read-began"))  # too new for the read to know
+    listed = [_pod("ctr-ps-0", "Pending", 3), _pod("not-watched-yet")]
+    cache.read_fresh(key, _job(1, 2), [], listed, started)
+    snapshot = cache.snapshot(key)
+    assert snapshot is not None
+    phases = {p["metadata"]["name"]: p["status"]["phase"] for p in snapshot.pods}
+    # ctr-ps-0: the watch's version is newer than the listed one, and is kept.
+    assert phases == {"ctr-ps-0": "Running", "after-the-read-began": "Running", "not-watched-yet": "Running"}
+    assert cache.read_at[key] == started
