@@ -25,14 +25,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e import chaos, psjobs
-from e2e.util import as_json, wait_for
+from e2e.util import as_json, rss_mib, wait_for
 
 Obj = dict[str, Any]
 # One step of a scenario (e.g. Running again after a restart) while the operator is killed every
@@ -284,14 +283,6 @@ def orphans(api: client.ApiClient, ns: str) -> list[str]:
 # --- sampled during the run -----------------------------------------------------------------
 
 
-def rss_kib(pid: int) -> int | None:
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except FileNotFoundError:
-        return None
-    return next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), None)
-
-
 @dataclass
 class Sampler:
     """Every `interval` seconds: the chief pods Running per job, the chief Jobs per attempt, and the
@@ -303,15 +294,15 @@ class Sampler:
     interval: float = 0.5
     two_chiefs: list[str] = field(default_factory=list)
     chief_jobs: dict[tuple[str, str], set[str]] = field(default_factory=lambda: collections.defaultdict(set))
-    rss: dict[int, list[int]] = field(default_factory=lambda: collections.defaultdict(list))
+    rss: dict[int, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     samples: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> None:
         start, pid = self.pid()
-        kib = rss_kib(pid) if pid else None
-        if kib is not None:
-            self.rss[start].append(kib)
+        mib = rss_mib(pid) if pid else None
+        if mib is not None:
+            self.rss[start].append(mib)
         selector = f"{psjobs.LABEL_ROLE}=chief"
         pods = client.CoreV1Api(self.api).list_namespaced_pod(self.namespace, label_selector=selector)
         running = collections.defaultdict(list)
@@ -347,7 +338,7 @@ class Sampler:
 
     def peaks_mib(self) -> list[float]:
         """The highest resident memory of each operator process, in start order."""
-        return [max(series) / 1024 for _, series in sorted(self.rss.items())]
+        return [max(series) for _, series in sorted(self.rss.items())]
 
 
 def injected(outcomes: list[Outcome]) -> dict[str, int]:

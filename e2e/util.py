@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import psutil
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -101,3 +102,11 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
         if cond.get("type") == kind:
             return dict(cond)
     return None
+
+
+def rss_mib(pid: int) -> float | None:
+    """The resident memory of a process, in MiB; None once it is gone."""
+    try:
+        return float(psutil.Process(pid).memory_info().rss) / 2**20
+    except psutil.NoSuchProcess:
+        return None

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import CHART_NAMESPACE, kubectl
-from e2e.util import wait_for
+from e2e.util import rss_mib, wait_for
 
 FLOW_WRITES, FLOW_OTHERS = "psoperator-bench-writes", "psoperator-bench-others"
 WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
@@ -89,13 +89,6 @@ def operator_requests(kubeconfig: Path) -> Requests:
     return Requests(counts[FLOW_WRITES], counts[FLOW_OTHERS])
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -111,7 +104,7 @@ class PeakRss:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.5):
-            self.peak = max(self.peak, rss_mib(self.pid))
+            self.peak = max(self.peak, rss_mib(self.pid) or 0.0)
 
     def __enter__(self) -> PeakRss:
         self._thread.start()

@@ -22,7 +22,7 @@ from e2e.bench import measure
 from e2e.bench.podwatch import PodWatch
 from e2e.bench.progress import ChiefProgress
 from e2e.conftest import OperatorProcess
-from e2e.util import wait_for
+from e2e.util import rss_mib, wait_for
 from psoperator.kube import Kube
 from psoperator.render import render_children
 
@@ -227,7 +227,7 @@ def _window(bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | N
     requests = measure.operator_requests(bench.kubeconfig) - requests
     per_job_minute = 60 / seconds / jobs
     return {
-        "rss_mib": measure.rss_mib(pid),
+        "rss_mib": rss_mib(pid) or 0.0,
         "cpu_percent": 100 * (measure.cpu_seconds(pid) - cpu) / seconds,
         "requests_per_job_minute": requests.total * per_job_minute,
         "writes_per_job_minute": requests.writes * per_job_minute,

@@ -32,13 +32,6 @@ def measure(name: str, value: float, unit: str) -> None:
     print(f"MEASURE {name}={value:.2f} {unit}")
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def ensure_servers(cluster: LocalCluster) -> None:
     """Restart any ps or worker an earlier test left dead, as their StatefulSet would."""
     for key in SERVERS:
@@ -94,7 +87,7 @@ def test_full_run_serves_progress_finishes_and_is_idempotent(cluster: LocalClust
     assert b"pstrainer_examples_per_second" in metrics and b"pstrainer_loss" in metrics
     for key, process in cluster.processes.items():
         if process.poll() is None:
-            measure(f"rss_{key}", rss_mib(process.pid), "MiB")
+            measure(f"rss_{key}", process.rss_mib(), "MiB")
 
     began, began_step = time.monotonic(), running.step
     assert wait_exit(chief, 120) == ExitCode.SUCCEEDED, chief.log()[-4000:]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from psoperator.contract import ENV_TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_PATH, ProgressReport
 from psoperator.render import RenderOptions, render_children
 from tfcluster.kubelet import (
@@ -63,6 +65,9 @@ class Process:
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    def rss_mib(self) -> float:
+        return float(psutil.Process(self.popen.pid).memory_info().rss) / 2**20
 
     def poll(self) -> int | None:
         return self.popen.poll()

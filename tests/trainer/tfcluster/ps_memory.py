@@ -66,13 +66,6 @@ class Round:
         )
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def planned(num_ps: int = 2) -> SizingPlan:
     """What the sizing planner says each PS of this model needs."""
     table = {"name": "embedding", "rows": VOCAB, "dim": DIM}
@@ -102,7 +95,7 @@ def one_chief(cluster: LocalCluster, job: dict[str, object], attempt: int, after
         saved, seconds = report_where(
             "checkpoint", lambda r: r.checkpoint_step is not None and r.checkpoint_step > after_step
         )
-        rss = {key: rss_mib(cluster.processes[key].pid) for key in SERVERS}
+        rss = {key: cluster.processes[key].rss_mib() for key in SERVERS}
     finally:
         chief.stop()
     assert saved.checkpoint_step is not None
