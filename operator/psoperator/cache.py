@@ -103,12 +103,13 @@ class WatchCache:
         return Snapshot(job, children, [e.obj for e in self.pods.get(key, {}).values()])
 
     def read_fresh(self, key: JobKey, job: Obj, children: list[Obj], pods: list[Obj], started: float) -> None:
-        """A fresh read of the job (begun at `started`): add what the watch has not shown yet, drop
-        what it last showed before the read began and the read no longer found."""
+        """A fresh read of the job (begun at `started`; its pods slimmed already, as Kube.list_pods
+        does): add what the watch has not shown yet, drop what it last showed before the read began
+        and the read no longer found."""
         self.job_seen(*key, job)
         self.read_at[key] = started
         self._merge(self.children, key, {(str(c["kind"]), _name(c)): c for c in children}, started)
-        self._merge(self.pods, key, {_name(p): slim_pod(p) for p in pods}, started)
+        self._merge(self.pods, key, {_name(p): p for p in pods}, started)
 
     @staticmethod
     def _merge(

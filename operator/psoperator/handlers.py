@@ -51,7 +51,16 @@ from psoperator.kube import (
 )
 from psoperator.leader import Election, Elector
 from psoperator.metrics import Metrics
-from psoperator.observe import NodeView, Observed, PodView, build_observed, owned_pods, parse_node, parse_pod
+from psoperator.observe import (
+    NodeView,
+    Observed,
+    PodView,
+    build_observed,
+    owned_pods,
+    parse_node,
+    parse_pod,
+    slim_pod,
+)
 from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
 from psoperator.readings import read_job
@@ -334,7 +343,7 @@ async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
         return None
     *listed, pods = await asyncio.gather(
         *(in_thread(state.kube.list_children, *key, kind) for kind in CHILD_KINDS),
-        in_thread(state.kube.list_pods, *key),
+        in_thread(state.kube.list_pods, *key, slim_pod),
     )
     children = [child for kind in listed for child in kind]
     state.cache.read_fresh(key, job, children, pods, started)
@@ -359,7 +368,9 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
         cached = state.cache.snapshot(key)
-        pods = await in_thread(state.kube.list_pods, *key) if fresh or cached is None else cached.pods
+        pods = (
+            await in_thread(state.kube.list_pods, *key, slim_pod) if fresh or cached is None else cached.pods
+        )
         observed = observe(pods)
     return _with_nodes(state, observed)
 

@@ -104,6 +104,8 @@ def api_failure(error: BaseException) -> str | None:
 # Seconds to connect: the whole timeout (a server that stops answering must not hold a job's
 # reconcile loop forever) is the operator's --api-timeout-seconds.
 CONNECT_TIMEOUT = 5.0
+# Pods per page of a fresh read (Kube.list_pods): the full objects of one page at most are held.
+POD_PAGE = 500
 
 
 class ChildVerb(enum.Enum):
@@ -293,13 +295,25 @@ class Kube:
         listed = self._call("GET", self._path(kind, namespace), query=selector)
         return [{**item, "kind": kind} for item in listed.get("items", [])]
 
-    def list_pods(self, namespace: str, job_name: str) -> list[Obj]:
-        listed = self._call(
-            "GET",
-            f"/api/v1/namespaces/{namespace}/pods",
-            query=[("labelSelector", f"{LABEL_JOB}={job_name}")],
-        )
-        return list(listed.get("items", []))
+    def list_pods(
+        self, namespace: str, job_name: str, keep: Callable[[Obj], Obj] = lambda pod: pod
+    ) -> list[Obj]:
+        """The job's pods, read POD_PAGE at a time (one consistent list through `continue`), each
+        passed through `keep` (e.g. observe.slim_pod) before the next page is read: a fresh read of a
+        5,000-task job never holds all its full pods at once."""
+        query = [("labelSelector", f"{LABEL_JOB}={job_name}"), ("limit", str(POD_PAGE))]
+        pods: list[Obj] = []
+        token = None
+        while True:
+            page = self._call(
+                "GET",
+                f"/api/v1/namespaces/{namespace}/pods",
+                query=query + ([("continue", token)] if token else []),
+            )
+            pods += [keep(pod) for pod in page.get("items", [])]
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return pods
 
     def apply_children(
         self,

@@ -28,6 +28,7 @@ class _Wire:
         self.sent: list[tuple[str, str, str, Any]] = []
         self.timeouts: list[Any] = []
         self.status = 200  # of every response
+        self.answers: list[Obj] = []  # the bodies of the next responses, in order; then {}
 
     def request(
         self, method: str, url: str, body: Any = None, headers: Any = None, timeout: Any = None, **_: Any
@@ -35,14 +36,14 @@ class _Wire:
         content_type = (headers or {}).get("Content-Type", "")
         self.sent.append((method, url, content_type, body))
         self.timeouts.append(timeout)
-        return _Ok(self.status)
+        return _Ok(self.status, json.dumps(self.answers.pop(0) if self.answers else {}).encode())
 
 
 class _Ok:
-    reason, data, headers = "OK", b"{}", {"content-type": "application/json"}
+    reason, headers = "OK", {"content-type": "application/json"}
 
-    def __init__(self, status: int) -> None:
-        self.status = status
+    def __init__(self, status: int, data: bytes) -> None:
+        self.status, self.data = status, data
 
     def read(self, *_: Any, **__: Any) -> bytes:
         return self.data
@@ -217,6 +218,26 @@ def test_every_request_gives_up_after_the_timeout() -> None:
     kube.get_job(NS, "ctr")
     kube.list_pods(NS, "ctr")
     assert [(t.connect_timeout, t.read_timeout) for t in kube.wire.timeouts] == [(5.0, 7.0), (5.0, 7.0)]
+
+
+def test_pods_are_read_a_page_at_a_time_and_kept_as_each_page_arrives() -> None:
+    kube = RecordingKube()
+    kube.wire.answers = [
+        {"metadata": {"continue": "next"}, "items": [{"metadata": {"name": "ctr-ps-0"}}]},
+        {"metadata": {}, "items": [{"metadata": {"name": "ctr-worker-0"}}]},
+    ]
+    kept: list[str] = []
+
+    def keep(pod: Obj) -> Obj:
+        kept.append(pod["metadata"]["name"])
+        return {"name": pod["metadata"]["name"], "pages read": len(kube.wire.sent)}
+
+    pods = kube.list_pods(NS, "ctr", keep)
+    # Each page is slimmed before the next is asked for, and the second page continues the first.
+    assert pods == [{"name": "ctr-ps-0", "pages read": 1}, {"name": "ctr-worker-0", "pages read": 2}]
+    queries = [url.split("?")[1] for _, url, *_ in kube.wire.sent]
+    assert all("limit=500" in q for q in queries)
+    assert ["continue=next" in q for q in queries] == [False, True]
 
 
 @pytest.mark.parametrize(
