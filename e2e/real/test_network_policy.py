@@ -96,11 +96,11 @@ def enforcer(
     kubeconfig: Path, k8s: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """kube-network-policies on the node for this module's tests, stopped (its table removed) after."""
+    refused = _kernel_cannot_queue()
+    if refused:  # the host's kernel, not a missing install: nothing to fix here (nor built)
+        pytest.skip(f"this kernel has no nftables queue, which kube-network-policies needs: {refused}")
     if not ENFORCER.exists():
         _unavailable(f"{ENFORCER} is not built (e2e/cluster/cluster.sh build)")
-    refused = _kernel_cannot_queue()
-    if refused:  # the host's kernel, not a missing install: nothing to fix here
-        pytest.skip(f"this kernel has no nftables queue, which kube-network-policies needs: {refused}")
     secrets = tmp_path_factory.mktemp("enforcer")
     env = {**os.environ, **_secrets(kubeconfig, secrets)}
     [node] = [n["metadata"]["name"] for n in as_json(k8s, client.CoreV1Api(k8s).list_node())["items"]]
