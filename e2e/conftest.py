@@ -161,6 +161,11 @@ def _skip_kubelet_tests_on_kwok(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(scope="session")
 def crd(kubeconfig: Path, k8s: client.ApiClient) -> str:
+    return apply_crd(kubeconfig, k8s)
+
+
+def apply_crd(kubeconfig: Path, k8s: client.ApiClient) -> str:
+    """Applies crds/ server-side and waits until it is Established; returns its name."""
     if not CRD_FILE.exists():
         pytest.fail(
             f"{CRD_FILE.relative_to(REPO)} does not exist: the PSTrainingJob CRD has to be generated "
@@ -263,6 +268,11 @@ class OperatorProcess:
         ]  # fmt: skip
 
     def start(self, timeout: float = OPERATOR_READY_TIMEOUT) -> None:
+        self.launch()
+        self.wait_live(timeout)
+
+    def launch(self) -> None:
+        """Starts the process without waiting for it to be live."""
         if self.running:
             raise RuntimeError("operator already running")
         self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
@@ -280,7 +290,10 @@ class OperatorProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def wait_live(self, timeout: float = OPERATOR_READY_TIMEOUT) -> None:
         proc = self._proc
+        assert proc is not None, "launch() first"
 
         def alive() -> bool:
             if proc.poll() is not None:

@@ -92,6 +92,8 @@ SETTLE_SECONDS = 0.05
 # A status change that needs nothing else (pods coming up one by one, the step) is written at most
 # this often; anything that acts (a restart, a child, an event) writes at once.
 STATUS_SPACING_SECONDS = 2.0
+# How often a starting operator asks whether its CRD is served yet.
+CRD_POLL_SECONDS = 2.0
 
 
 @dataclass
@@ -166,6 +168,24 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
             state.kube, state.election, lead=lambda: _lead(state), follow=lambda: _follow(state)
         )
         state.election_task = asyncio.create_task(state.elector.run(), name="leader-election")
+
+
+@kopf.on.startup(id="crd-served")
+async def wait_for_the_crd(memo: Any, logger: Any, **_: Any) -> None:
+    """Start only once the API server serves pstrainingjobs. kopf resolves the resources it serves
+    when it starts and again at each event of a CRD, but the API server may publish a new CRD in its
+    discovery after the CRD's last event: an operator started before its CRD (applied later, or in
+    the same `kubectl apply`) would never serve a job. kopf starts watching after its startup
+    handlers, so from here on it finds the CRD."""
+    state = _state(memo)
+    told = False
+    while PLURAL not in await in_thread(state.kube.served, GROUP, VERSION):
+        if not told:
+            logger.warning(f"waiting for the API server to serve {PLURAL}.{GROUP}/{VERSION}: apply crds/")
+            told = True
+        await asyncio.sleep(CRD_POLL_SECONDS)
+    if told:
+        logger.warning(f"{PLURAL}.{GROUP}/{VERSION} is served: starting")
 
 
 async def _lead(state: OperatorState) -> None:

@@ -235,6 +235,16 @@ class Kube:
                 return None
             raise
 
+    def served(self, group: str, version: str) -> set[str]:
+        """The resources the API server serves in `group`/`version` (its discovery); none yet: empty."""
+        try:
+            found = self._call("GET", f"/apis/{group}/{version}")
+        except ApiException as error:
+            if error.status == 404:
+                return set()
+            raise
+        return {str(r.get("name")) for r in found.get("resources", []) if isinstance(r, dict)}
+
     def patch_job_status(self, namespace: str, name: str, patch: Obj, resource_version: str) -> Obj:
         """Patch the status computed from the job at `resource_version`; StaleJob (409) if it moved
         since (a write of another replica, a spec change): the caller reads it again."""
