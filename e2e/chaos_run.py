@@ -119,15 +119,27 @@ def _running(api: client.ApiClient, ns: str, name: str) -> Obj:
     )
 
 
+def _tracked(status: Obj, pod: Obj) -> bool:
+    """The operator tracks this very pod (status.tracking.pods: name -> "uid/restarts/...")."""
+    entry = ((status.get("tracking") or {}).get("pods") or {}).get(pod["metadata"]["name"], "")
+    return str(entry).split("/")[0] == str(pod["metadata"]["uid"])
+
+
 def _running_pod(api: client.ApiClient, ns: str, name: str, role: str, index: int = 0) -> Obj:
-    """The Running pod of the task; for the chief, of the attempt the status names."""
+    """The Running pod of the task; for the chief, of the attempt the status names. A PS or worker
+    pod only once the operator tracks it: one that fails before is not a failure it could count
+    (its replacement is the first it sees), and a leader killed at that moment makes that likely."""
 
     def find() -> Obj | None:
-        attempt = str(psjobs.status(api, ns, name).get("restarts") or 0)
+        status = psjobs.status(api, ns, name)
+        attempt = str(status.get("restarts") or 0)
         for pod in psjobs.live_pods(api, ns, name, role):
             labels = pod["metadata"]["labels"]
             ordinal = labels.get("apps.kubernetes.io/pod-index", "0")
-            ours = labels.get(psjobs.LABEL_ATTEMPT) == attempt if role == "chief" else ordinal == str(index)
+            if role == "chief":
+                ours = labels.get(psjobs.LABEL_ATTEMPT) == attempt
+            else:
+                ours = ordinal == str(index) and _tracked(status, pod)
             if ours and pod["status"].get("phase") == "Running":
                 return pod
         return None
