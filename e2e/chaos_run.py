@@ -1,6 +1,7 @@
 """The chaos run (issue 12): many small jobs, each driven through a scenario by its own thread, while
-the operator is SIGKILLed and restarted and kube-apiserver restarts; a sampler watches for two
-chiefs of one job at once and for chief Jobs made twice, and records the operator's memory.
+the active one of two operator replicas is SIGKILLed and restarted and kube-apiserver restarts; a
+sampler watches for two chiefs of one job at once and for chief Jobs made twice, and records the
+memory of every operator process and who holds the replicas' Lease.
 
 Every scenario starts the same way (created, Running with its parameter servers established) and
 ends in a terminal state the scenario knows in advance, with a known number of restarts:
@@ -31,10 +32,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e import chaos, psjobs
+from e2e.leases import Handovers
 from e2e.util import as_json, rss_mib, wait_for
+from psoperator.leader import LeaseRecord
 
 Obj = dict[str, Any]
-# One step of a scenario (e.g. Running again after a restart) while the operator is killed every
+# One step of a scenario (e.g. Running again after a restart) while the leader is killed every
 # ~10 s and the API server restarts: generous, a stuck job still fails the run.
 STEP_TIMEOUT = 90.0
 POLL = 0.5
@@ -116,15 +119,27 @@ def _running(api: client.ApiClient, ns: str, name: str) -> Obj:
     )
 
 
+def _tracked(status: Obj, pod: Obj) -> bool:
+    """The operator tracks this very pod (status.tracking.pods: name -> "uid/restarts/...")."""
+    entry = ((status.get("tracking") or {}).get("pods") or {}).get(pod["metadata"]["name"], "")
+    return str(entry).split("/")[0] == str(pod["metadata"]["uid"])
+
+
 def _running_pod(api: client.ApiClient, ns: str, name: str, role: str, index: int = 0) -> Obj:
-    """The Running pod of the task; for the chief, of the attempt the status names."""
+    """The Running pod of the task; for the chief, of the attempt the status names. A PS or worker
+    pod only once the operator tracks it: one that fails before is not a failure it could count
+    (its replacement is the first it sees), and a leader killed at that moment makes that likely."""
 
     def find() -> Obj | None:
-        attempt = str(psjobs.status(api, ns, name).get("restarts") or 0)
+        status = psjobs.status(api, ns, name)
+        attempt = str(status.get("restarts") or 0)
         for pod in psjobs.live_pods(api, ns, name, role):
             labels = pod["metadata"]["labels"]
             ordinal = labels.get("apps.kubernetes.io/pod-index", "0")
-            ours = labels.get(psjobs.LABEL_ATTEMPT) == attempt if role == "chief" else ordinal == str(index)
+            if role == "chief":
+                ours = labels.get(psjobs.LABEL_ATTEMPT) == attempt
+            else:
+                ours = ordinal == str(index) and _tracked(status, pod)
             if ours and pod["status"].get("phase") == "Running":
                 return pod
         return None
@@ -285,24 +300,29 @@ def orphans(api: client.ApiClient, ns: str) -> list[str]:
 
 @dataclass
 class Sampler:
-    """Every `interval` seconds: the chief pods Running per job, the chief Jobs per attempt, and the
-    resident memory of the operator process `pid()` names (per process, by start number)."""
+    """Every `interval` seconds: the resident memory of each operator process `processes()` names,
+    the replicas' Lease as `lease()` reads it (its handovers; none without leader election), the
+    chief pods Running per job and the chief Jobs per attempt."""
 
     api: client.ApiClient
     namespace: str
-    pid: Callable[[], tuple[int, int | None]]  # (start number, pid)
+    processes: Callable[[], dict[str, int | None]]  # operator process (e.g. "b3", a start) -> pid
+    lease: Callable[[], LeaseRecord | None] | None = None
     interval: float = 0.5
+    handovers: Handovers = field(default_factory=Handovers)
     two_chiefs: list[str] = field(default_factory=list)
     chief_jobs: dict[tuple[str, str], set[str]] = field(default_factory=lambda: collections.defaultdict(set))
-    rss: dict[int, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    rss: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     samples: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> None:
-        start, pid = self.pid()
-        mib = rss_mib(pid) if pid else None
-        if mib is not None:
-            self.rss[start].append(mib)
+        for process, pid in self.processes().items():
+            mib = rss_mib(pid) if pid else None
+            if mib is not None:
+                self.rss[process].append(mib)
+        if self.lease:
+            self.handovers.observe(self.lease())
         selector = f"{psjobs.LABEL_ROLE}=chief"
         pods = client.CoreV1Api(self.api).list_namespaced_pod(self.namespace, label_selector=selector)
         running = collections.defaultdict(list)
@@ -337,8 +357,8 @@ class Sampler:
         ]
 
     def peaks_mib(self) -> list[float]:
-        """The highest resident memory of each operator process, in start order."""
-        return [max(series) for _, series in sorted(self.rss.items())]
+        """The highest resident memory of each operator process."""
+        return [max(series) for series in self.rss.values()]
 
 
 def injected(outcomes: list[Outcome]) -> dict[str, int]:

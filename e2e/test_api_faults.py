@@ -53,7 +53,7 @@ def test_jobs_finish_through_api_errors_without_a_log_storm(
         tmp_path / "operator.log",
         ["--progress-port", str(free_port()), "--api-timeout-seconds", str(API_TIMEOUT)],
     )
-    sampler = chaos_run.Sampler(k8s, namespace, lambda: (operator.starts, operator.pid))
+    sampler = chaos_run.Sampler(k8s, namespace, lambda: {"operator": operator.pid})
     sampling = threading.Thread(target=sampler.run, daemon=True)
     try:
         operator.start()
@@ -68,7 +68,7 @@ def test_jobs_finish_through_api_errors_without_a_log_storm(
         operator.stop()
         proxy.stop()
     storms = repeated_lines(log)[:5]
-    rss = sampler.rss[1]
+    rss = sampler.rss["operator"]
     third = max(len(rss) // 3, 1)
     print(
         "\n"

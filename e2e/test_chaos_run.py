@@ -3,10 +3,12 @@
     PSOPERATOR_CLUSTER=... pytest e2e/test_chaos_run.py -s                   # CI's short run
     PSOPERATOR_CLUSTER=... pytest e2e/test_chaos_run.py -s --chaos-jobs 100  # the long run
 
-The operator is SIGKILLed every ~10 s and started again, kube-apiserver is restarted twice or more;
-at the end every job is where its scenario says, with the restarts it says, no child is left of a
-deleted job, no job ever had two chiefs running or two chief Jobs for one attempt, and the
-operator's memory stayed flat. Prints the figures.
+Two operator replicas elect a leader on a Lease; every ~10 s the one that holds it is SIGKILLed and
+started again (it comes back as the standby, or wins the Lease back), and kube-apiserver is
+restarted twice or more. At the end every job is where its scenario says, with the restarts it
+says, no child is left of a deleted job, no job ever had two chiefs running or two chief Jobs for
+one attempt, every kill hit the replica that held the Lease, both replicas led, and the memory of
+the operator processes stayed flat. Prints the figures.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e import chaos_run
+from e2e import chaos_run, leases
 from e2e.conftest import OperatorProcess
 from e2e.controlplane import ControlPlane
 from e2e.util import free_port, wait_for
@@ -29,22 +32,42 @@ from e2e.util import free_port, wait_for
 pytestmark = pytest.mark.usefixtures("kwok_only")
 
 KILL_EVERY = 10.0
+# A standby takes the Lease over LEASE_SECONDS after it last saw it renewed, noticed within one
+# retry (LEASE_SECONDS / 4): with the leader killed every ~10 s, the chart's 8 s would leave the
+# jobs without a leader most of the run. 4 s leaves them led most of it, and still gives a leader
+# a renew deadline (2/3 of it, 2.7 s) of almost three 1 s retries, so that a slow moment of this
+# busy machine does not make it step down; below that, the run would test the machine's latency.
+LEASE_SECONDS = 4
+LEADER_TIMEOUT = 60.0  # a kill waits for a replica to hold the Lease (the API server may restart)
 CREATE_EVERY = 2.5
 DRIVERS = 8  # scenarios running at once
 ORPHAN_TIMEOUT = 90.0  # the garbage collector removes a deleted job's children
 JOB_DEADLINE = 240.0  # create -> terminal state, per job
 
 
+@dataclass(frozen=True)
+class Kill:
+    replica: str  # "a" or "b"
+    holder: str  # the Lease's holder identity read before the kill
+    held_after: bool  # the Lease still named it after the kill: the leader died, not a standby
+
+
+def _name(replica: OperatorProcess) -> str:
+    return replica.log_path.stem
+
+
 @dataclass
 class Disruptor:
-    """Kills and restarts the operator every `every` seconds; restarts kube-apiserver at the times
-    (seconds from the start) in `apiserver_at`, and any component that exited after it."""
+    """Every `every` seconds SIGKILLs the replica that holds the Lease and starts it again; restarts
+    kube-apiserver at the times (seconds from the start) in `apiserver_at`, and any component that
+    exited after it."""
 
-    operator: OperatorProcess
+    replicas: list[OperatorProcess]
+    lease: str
     control_plane: ControlPlane
     apiserver_at: list[float]
     every: float = KILL_EVERY
-    kills: int = 0
+    kills: list[Kill] = field(default_factory=list)
     apiserver_restarts: list[float] = field(default_factory=list)
     revived: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -58,12 +81,23 @@ class Disruptor:
                     self.apiserver_at.pop(0)
                     self.apiserver_restarts.append(self.control_plane.restart_apiserver())
                 self.revived += self.control_plane.revive()
-                self.operator.kill()
-                self.kills += 1
-                self.operator.start()
+                self.kill_leader()
             except BaseException as error:  # pytest.fail in start() raises outside Exception
                 self.errors.append(f"{type(error).__name__}: {error}")
                 return
+
+    def kill_leader(self) -> None:
+        holder, leader = wait_for(self._leader, timeout=LEADER_TIMEOUT, message="a live replica leads")
+        leader.kill()
+        after = wait_for(lambda: leases.holder(self.control_plane.api, self.lease), message="the Lease")
+        self.kills.append(Kill(_name(leader), holder, held_after=after == holder))
+        leader.start()
+
+    def _leader(self) -> tuple[str, OperatorProcess] | None:
+        """The Lease's holder identity and the running replica it names, if it names one."""
+        holder = leases.holder(self.control_plane.api, self.lease)
+        named = [r for r in self.replicas if r.running and r.pid == leases.pid(holder)]
+        return (holder, named[0]) if holder and named else None
 
     def stop(self) -> None:
         self._stop.set()
@@ -74,36 +108,46 @@ def chaos_jobs(request: pytest.FixtureRequest) -> int:
     return int(request.config.getoption("--chaos-jobs"))
 
 
+@pytest.fixture
+def replicas(
+    k8s: client.ApiClient, namespace: str, operator_kubeconfig: Path, tmp_path: Path
+) -> Iterator[tuple[list[OperatorProcess], str]]:
+    """The two replicas and their Lease. A progress port nobody serves: other clusters on this
+    machine reuse the same pod IPs."""
+    progress = ("--progress-port", str(free_port()))
+    with leases.replicas(k8s, operator_kubeconfig, namespace, tmp_path, LEASE_SECONDS, progress) as both:
+        yield both
+
+
 def test_chaos_run(
     k8s: client.ApiClient,
     kubeconfig: Path,
     namespace: str,
-    operator_kubeconfig: Path,
-    tmp_path: Path,
+    replicas: tuple[list[OperatorProcess], str],
     chaos_jobs: int,
 ) -> None:
-    # A progress port nobody serves: other clusters on this machine reuse the same pod IPs.
-    operator = OperatorProcess(
-        operator_kubeconfig, namespace, tmp_path / "operator.log", ["--progress-port", str(free_port())]
-    )
+    both, lease = replicas
     plan = chaos_run.scenarios(chaos_jobs)
     creating = len(plan) * CREATE_EVERY
     disruptor = Disruptor(
-        operator, ControlPlane(kubeconfig, k8s), apiserver_at=[creating * 0.3, creating * 0.7]
+        both, lease, ControlPlane(kubeconfig, k8s), apiserver_at=[creating * 0.3, creating * 0.7]
     )
-    sampler = chaos_run.Sampler(k8s, namespace, lambda: (operator.starts, operator.pid))
-    operator.start()
-    try:
-        started = time.monotonic()
-        outcomes = _drive_all(k8s, namespace, plan, disruptor, sampler)
-        elapsed = time.monotonic() - started
-        if not operator.running:
-            operator.start()
-        if any(o.error for o in outcomes):
-            print(operator.log_text()[-20000:])
-        _check(k8s, namespace, outcomes, disruptor, sampler, elapsed)
-    finally:
-        operator.stop()
+    sampler = chaos_run.Sampler(k8s, namespace, lambda: _processes(both), lambda: leases.read(k8s, lease))
+    started = time.monotonic()
+    outcomes = _drive_all(k8s, namespace, plan, disruptor, sampler)
+    elapsed = time.monotonic() - started
+    for replica in both:
+        if not replica.running:
+            replica.start()
+    if any(o.error for o in outcomes):
+        for replica in both:
+            print(f"--- replica {_name(replica)} ---\n{replica.log_text()[-20000:]}")
+    _check(k8s, namespace, outcomes, disruptor, sampler, elapsed)
+
+
+def _processes(replicas: list[OperatorProcess]) -> dict[str, int | None]:
+    """Each replica's current process, named by its start ("b3": the third of replica b)."""
+    return {f"{_name(r)}{r.starts}": r.pid for r in replicas}
 
 
 def _drive_all(
@@ -132,6 +176,38 @@ def _drive_all(
         disruptor.revived += disruptor.control_plane.revive()
 
 
+def _figures(
+    k8s: client.ApiClient,
+    outcomes: list[chaos_run.Outcome],
+    disruptor: Disruptor,
+    sampler: chaos_run.Sampler,
+    elapsed: float,
+) -> list[tuple[str, object]]:
+    peaks = sampler.peaks_mib()
+    lease = leases.read(k8s, disruptor.lease)
+    return [
+        ("jobs", len(outcomes)),
+        *[(f"injected: {k}", v) for k, v in chaos_run.injected(outcomes).items()],
+        ("leader kills (SIGKILL)", len(disruptor.kills)),
+        ("  of replica a / b", " / ".join(str(_kills_of(disruptor, n)) for n in "ab")),
+        ("  of a standby", sum(not k.held_after for k in disruptor.kills)),
+        ("leader changes (Lease transitions)", lease.transitions if lease else "no Lease"),
+        ("holders seen (sampled)", len(sampler.handovers.holders)),
+        ("longest handover (no leader)", f"{sampler.handovers.longest:.1f}s"),
+        ("kube-apiserver restarts", len(disruptor.apiserver_restarts)),
+        ("components revived (lost lease)", ", ".join(disruptor.revived) or "none"),
+        ("kube-apiserver back after", ", ".join(f"{s:.1f}s" for s in disruptor.apiserver_restarts)),
+        ("time to finish (all jobs)", f"{elapsed:.0f}s"),
+        ("slowest job", f"{max(o.seconds for o in outcomes):.0f}s"),
+        ("operator peak RSS min/max", f"{min(peaks):.0f}/{max(peaks):.0f} MiB ({len(peaks)} processes)"),
+        ("samples (two-chief check)", sampler.samples),
+    ]
+
+
+def _kills_of(disruptor: Disruptor, replica: str) -> int:
+    return sum(k.replica == replica for k in disruptor.kills)
+
+
 def _check(
     k8s: client.ApiClient,
     namespace: str,
@@ -140,29 +216,11 @@ def _check(
     sampler: chaos_run.Sampler,
     elapsed: float,
 ) -> None:
-    peaks = sampler.peaks_mib()
-    print(
-        "\n"
-        + chaos_run.table(
-            [
-                ("jobs", len(outcomes)),
-                *[(f"injected: {k}", v) for k, v in chaos_run.injected(outcomes).items()],
-                ("operator kills (SIGKILL)", disruptor.kills),
-                ("kube-apiserver restarts", len(disruptor.apiserver_restarts)),
-                ("components revived (lost lease)", ", ".join(disruptor.revived) or "none"),
-                ("kube-apiserver back after", ", ".join(f"{s:.1f}s" for s in disruptor.apiserver_restarts)),
-                ("time to finish (all jobs)", f"{elapsed:.0f}s"),
-                ("slowest job", f"{max(o.seconds for o in outcomes):.0f}s"),
-                (
-                    "operator peak RSS min/max",
-                    f"{min(peaks):.0f}/{max(peaks):.0f} MiB ({len(peaks)} processes)",
-                ),
-                ("samples (two-chief check)", sampler.samples),
-            ]
-        )
-    )
+    print("\n" + chaos_run.table(_figures(k8s, outcomes, disruptor, sampler, elapsed)))
     assert not disruptor.errors, disruptor.errors
-    assert disruptor.kills >= 1 and len(disruptor.apiserver_restarts) >= 2
+    assert len(disruptor.apiserver_restarts) >= 2
+    assert [k for k in disruptor.kills if not k.held_after] == [], "a kill of a standby"
+    assert all(_kills_of(disruptor, n) >= 1 for n in "ab"), "both replicas led, and were killed leading"
     assert [f"{o.name} ({o.kind}): {o.error}" for o in outcomes if o.error] == []
     assert [o.name for o in outcomes if o.seconds > JOB_DEADLINE] == [], "jobs past their deadline"
     assert chaos_run.wrong_endings(k8s, namespace, outcomes) == []
@@ -177,4 +235,5 @@ def _check(
         message=lambda: f"no orphaned children; left: {chaos_run.orphans(k8s, namespace)}",
     )
     # Every operator process peaks near the others: memory does not pile up with time or jobs.
+    peaks = sampler.peaks_mib()
     assert max(peaks) <= 1.5 * statistics.median(peaks), [f"{p:.0f} MiB" for p in peaks]

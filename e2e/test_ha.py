@@ -7,16 +7,14 @@ parameter server failure, the other takes over; the restart happens once, and is
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from e2e import chaos, psjobs
-from e2e.conftest import CHART_NAMESPACE, OperatorProcess
+from e2e import chaos, leases, psjobs
+from e2e.conftest import OperatorProcess
 from e2e.util import holds_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("kwok_only")
@@ -24,26 +22,11 @@ LEASE_SECONDS = 8
 TAKEOVER_BUDGET_SECONDS = 15.0  # the issue's target: failure → new chief pod, the leader killed with it
 
 
-def _holder(k8s: client.ApiClient, lease: str) -> str | None:
-    try:
-        found = client.CoordinationV1Api(k8s).read_namespaced_lease(lease, CHART_NAMESPACE)
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    return found.spec.holder_identity if found.spec else None
-
-
-def _pid(holder: str | None) -> int | None:
-    """The pid in a holder identity (<hostname>_<pid>_<nonce>)."""
-    return int(holder.split("_")[-2]) if holder else None
-
-
 def _leader_and_standby(
     k8s: client.ApiClient, both: list[OperatorProcess], lease: str
 ) -> tuple[OperatorProcess, OperatorProcess]:
     """Which replica holds the Lease, once one does, and which waits."""
-    leader_pid = wait_for(lambda: _pid(_holder(k8s, lease)), timeout=30, message="a leader")
+    leader_pid = wait_for(lambda: leases.holder_pid(k8s, lease), timeout=30, message="a leader")
     [leader] = [r for r in both if r.pid == leader_pid]
     [standby] = [r for r in both if r is not leader]
     return leader, standby
@@ -54,22 +37,8 @@ def replicas(
     k8s: client.ApiClient, namespace: str, operator_kubeconfig: Path, tmp_path: Path
 ) -> Iterator[tuple[list[OperatorProcess], str]]:
     """Two operators as the chart's account, competing for a Lease of this test's own."""
-    lease = f"psop-e2e-{uuid.uuid4().hex[:8]}"
-    args = [
-        "--leader-election",
-        lease,
-        "--lease-seconds",
-        str(LEASE_SECONDS),
-        "--operator-namespace",
-        CHART_NAMESPACE,
-    ]
-    both = [OperatorProcess(operator_kubeconfig, namespace, tmp_path / f"{n}.log", args) for n in "ab"]
-    for replica in both:
-        replica.start()
-    yield both, lease
-    for replica in both:
-        replica.stop()
-    client.CoordinationV1Api(k8s).delete_namespaced_lease(lease, CHART_NAMESPACE)
+    with leases.replicas(k8s, operator_kubeconfig, namespace, tmp_path, LEASE_SECONDS) as (both, lease):
+        yield both, lease
 
 
 def test_the_other_replica_takes_over_a_ps_failure_when_the_leader_is_killed(
@@ -99,7 +68,7 @@ def test_the_other_replica_takes_over_a_ps_failure_when_the_leader_is_killed(
     elapsed = time.monotonic() - started
     print(f"leader SIGKILLed with a PS failure -> new chief pod: {elapsed:.2f}s (Lease {LEASE_SECONDS}s)")
     assert elapsed <= TAKEOVER_BUDGET_SECONDS
-    assert _pid(_holder(k8s, lease)) == standby.pid
+    assert leases.holder_pid(k8s, lease) == standby.pid
 
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
     status = psjobs.status(k8s, namespace, "ctr")
@@ -118,7 +87,9 @@ def test_a_stopped_leader_hands_over_at_once(
     leader.stop()
     started = time.monotonic()
     wait_for(
-        lambda: _pid(_holder(k8s, lease)) == standby.pid, timeout=LEASE_SECONDS, message="the standby leads"
+        lambda: leases.holder_pid(k8s, lease) == standby.pid,
+        timeout=LEASE_SECONDS,
+        message="the standby leads",
     )
     print(f"clean stop -> the standby holds the Lease: {time.monotonic() - started:.2f}s")
     psjobs.create(k8s, namespace, psjobs.manifest("ctr"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import random
@@ -70,7 +71,6 @@ from psoperator.render.names import LABEL_JOB
 from psoperator.vocabulary import FINISHED_PHASES, Phase
 
 Obj = dict[str, Any]
-log = logging.getLogger(__name__)
 DEPARTED_LIMIT = 4096
 UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
 # After a failed reconcile: the first retry soon, then less and less often.
@@ -121,11 +121,13 @@ class OperatorState:
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
     # With leader election (several replicas), only the Lease's holder runs the jobs' loops; the
-    # others keep the jobs the watch shows, to start their loops when they take over.
+    # others keep the jobs the watch shows, to start their loops when they take over: with the
+    # job's logger and the context of its handler, where kopf's event posting lives (a loop started
+    # from the election's task without it fails at its first event).
     election: Election | None = None
     elector: Elector | None = None
     election_task: asyncio.Task[None] | None = None
-    known: set[tuple[str, str]] = field(default_factory=set)
+    known: dict[tuple[str, str], tuple[Any, contextvars.Context]] = field(default_factory=dict)
 
     @property
     def leading(self) -> bool:
@@ -192,7 +194,8 @@ async def _lead(state: OperatorState) -> None:
     """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
     state.metrics.leader.set(1)
     for key in sorted(state.known):
-        _start_loop(state, key, log)
+        logger, context = state.known[key]
+        _start_loop(state, key, logger, context)
 
 
 async def _follow(state: OperatorState) -> None:
@@ -257,24 +260,27 @@ async def job_changed(
         return
     key = (namespace, name)
     if type == "DELETED" or body.metadata.get("deletionTimestamp"):
-        state.known.discard(key)
+        state.known.pop(key, None)
         await _stop_loop(state, key)
         state.cache.forget(key)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
-    state.known.add(key)
+    state.known[key] = (logger, contextvars.copy_context())
     if state.leading:
         started = _start_loop(state, key, logger)
         if changed and not started:
             _wake(state, key)
 
 
-def _start_loop(state: OperatorState, key: tuple[str, str], logger: Any) -> bool:
-    """Start the job's loop unless it runs; True when this started it."""
+def _start_loop(
+    state: OperatorState, key: tuple[str, str], logger: Any, context: contextvars.Context | None = None
+) -> bool:
+    """Start the job's loop (in `context`, else the current one) unless it runs; True when this started it."""
     if key in state.loops:
         return False
     state.wakeups[key] = asyncio.Event()
-    state.loops[key] = asyncio.create_task(run_job(state, *key, logger), name="/".join(key))
+    loop = run_job(state, *key, logger)
+    state.loops[key] = asyncio.create_task(loop, name="/".join(key), context=context)
     return True
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from typing import Any
 
@@ -200,7 +201,8 @@ def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> 
         return ReconcilePlan(status={}, render=None)
 
     monkeypatch.setattr(handlers, "reconcile_once", idle)
-    state = handlers.OperatorState(RecordingKube(), Metrics(), known={("ns", "ctr")})
+    known = {("ns", "ctr"): (logging.getLogger("ctr"), contextvars.copy_context())}
+    state = handlers.OperatorState(RecordingKube(), Metrics(), known=known)
 
     def leader() -> float | None:
         return state.metrics.registry.get_sample_value("psoperator_leader")
@@ -212,6 +214,36 @@ def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> 
         assert leader() == 0 and not state.loops
 
     asyncio.run(scenario())
+
+
+HANDLER_ONLY: contextvars.ContextVar[str] = contextvars.ContextVar("handler_only")
+
+
+def test_a_loop_started_on_takeover_runs_in_its_jobs_handler_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf keeps what its event posting needs in context variables of the handler: a loop started
+    when this replica takes the Lease over runs in the context the job's handler left, and can
+    post events, instead of failing at the first (LookupError)."""
+    seen: list[str] = []
+
+    async def reconcile(*_: Any) -> ReconcilePlan:
+        seen.append(HANDLER_ONLY.get("missing"))
+        await asyncio.sleep(3600)
+        return ReconcilePlan(status={}, render=None)
+
+    monkeypatch.setattr(handlers, "reconcile_once", reconcile)
+    context = contextvars.copy_context()
+    context.run(HANDLER_ONLY.set, "the handler's")
+    state = handlers.OperatorState(
+        RecordingKube(), Metrics(), known={("ns", "ctr"): (logging.getLogger(), context)}
+    )
+
+    async def scenario() -> None:
+        await handlers._lead(state)
+        await asyncio.sleep(0.01)
+        await handlers._follow(state)
+
+    asyncio.run(scenario())
+    assert seen == ["the handler's"]
 
 
 def test_back_off_doubles_up_to_its_limit() -> None:
