@@ -32,12 +32,11 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from e2e.util import as_json, free_port, wait_for
+from e2e.util import CACHE, as_json, free_port, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "e2e" / "cluster" / "cluster.sh"
 CRD_FILE = REPO / "crds" / "psoperator.io_pstrainingjobs.yaml"
-CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 CONTROL_PLANE_BINARIES = (
     "etcd",
     "kube-apiserver",

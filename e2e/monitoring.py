@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.util import free_port, wait_for
+from e2e.util import CACHE, free_port, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "ps-training-operator"
 DASHBOARD = CHART / "files" / "dashboard.json"
-CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 RELEASE = "psop"  # the promtool tests name the operator's scrape job after it
 KUBE_VERSION = "1.35.0"
 SCRAPE_JOB = "psoperator"  # the job name of the e2e Prometheus's scrape of the operator

@@ -6,7 +6,6 @@ Rejections are asked for with dryRun, so nothing is stored; every rejection must
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -17,12 +16,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.bad_input import CREATE, UPDATE, BadInput, Obj, manifest
-from e2e.util import wait_for
+from e2e.util import CACHE, wait_for
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION, PLURAL = "psoperator.io", "v1alpha1", "pstrainingjobs"
-CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 
 
 def create(k8s: client.ApiClient, namespace: str, body: dict[str, Any], *, dry_run: bool) -> Any:

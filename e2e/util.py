@@ -1,10 +1,13 @@
-"""Small helpers shared by the e2e tests: polling with a deadline, objects as JSON, free ports."""
+"""Small helpers shared by the e2e tests: polling with a deadline, objects as JSON, free ports,
+where the built binaries and images are cached."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
@@ -12,6 +15,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
+# The binaries, images and clusters of e2e/cluster/*.sh and images/build.sh (their CACHE).
+CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 
 
 class WaitTimeout(AssertionError):

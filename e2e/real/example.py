@@ -19,9 +19,10 @@ from typing import Any
 
 import yaml
 
+from e2e.util import CACHE
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ctr-job.yaml"
-CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 VOLUMES = CACHE / "real" / "volumes"
 TRAINER_IMAGE = os.environ.get("PSOPERATOR_TRAINER_IMAGE", "ps-training-operator/trainer:dev")
 CHECKPOINT_STEPS = 100

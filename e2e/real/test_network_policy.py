@@ -23,10 +23,10 @@ import yaml
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.conftest import CACHE, _http_ok, _kubectl, _unavailable, kubectl
+from e2e.conftest import _http_ok, _kubectl, _unavailable, kubectl
 from e2e.real import example
 from e2e.real.conftest import LOGS, OPERATOR_IMAGE, Figures
-from e2e.util import as_json, free_port, wait_for
+from e2e.util import CACHE, as_json, free_port, wait_for
 
 ENFORCER = CACHE / "bin" / "kube-network-policies"
 ENFORCER_LOG = LOGS / "kube-network-policies.log"

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e.util import CACHE
 from psoperator import crd
 from psoperator.contract import METRICS_PATH
 from psoperator.render import render_children
@@ -24,7 +25,6 @@ from tests.unit.builders import job
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ps-training-operator"
-CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 KUBE_VERSION = "1.35.0"  # helm built from source assumes an old cluster unless told
 RELEASE, NAMESPACE = "psop", "ops"
 
