@@ -289,9 +289,15 @@ class Observed:
         return [*([chief] if chief is not None else []), *others]
 
     def former_chiefs(self, attempt: int) -> list[PodView]:
-        """Chief pods of other attempts whose containers may still run (being deleted or not)."""
-        chiefs = self.role_pods(Role.CHIEF)
-        return [p for p in chiefs if p.attempt != attempt and p.phase not in ("Succeeded", "Failed")]
+        """Chief pods whose containers may still run (being deleted or not) and that the attempt's
+        chief Job does not own: of other attempts, or of this one while its Job does not exist (it
+        was deleted by a suspension, and the job resumed before the pod stopped)."""
+        jobless = self.current_chief_job(attempt) is None
+        return [
+            p
+            for p in self.role_pods(Role.CHIEF)
+            if (p.attempt != attempt or jobless) and p.phase not in ("Succeeded", "Failed")
+        ]
 
     def current_chief_job(self, attempt: int) -> JobView | None:
         """The chief Job of this attempt (being deleted or not); None while only an older one exists."""

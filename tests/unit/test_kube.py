@@ -136,9 +136,9 @@ def test_the_next_attempt_gets_the_new_permanent_exit_codes() -> None:
 
 
 def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
-    """Suspending with new exit codes pending: the patch suspends and carries nothing immutable."""
+    """Stopping the chief with new exit codes pending: the patch suspends and carries nothing immutable."""
     live = _live(render_children(job()))
-    desired = render_children(job(failurePolicy={"permanentExitCodes": [3]}), suspended=True)
+    desired = render_children(job(failurePolicy={"permanentExitCodes": [3]}), chief_stopped=True)
     kube = RecordingKube()
     jobs = [m for m in desired if m["kind"] == "Job"]
     kube.apply_children(NS, "job-uid", jobs, [o for o in live if o["kind"] == "Job"])

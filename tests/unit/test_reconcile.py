@@ -213,6 +213,23 @@ def test_suspend_and_resume() -> None:
     assert "Resumed" in [e.reason for e in resumed.events]
 
 
+def test_a_job_resumed_before_its_chief_pod_stopped_waits_for_it_and_restarts_nothing() -> None:
+    """Suspension deleted the chief Job; its pod (same attempt) is still stopping at the resume:
+    the new chief Job waits for it, and its ending is no failure."""
+    suspended = plan_reconcile(
+        with_status(job(runPolicy={"suspend": True}), phase="Running", tracking=tracking_of(BASE)),
+        observed(BASE, chief_job(0)),
+        None,
+        NOW,
+    )
+    stopping = [pod("chief", 0, attempt=0, deleting=True)]
+    resumed = plan_reconcile({**job(), "status": suspended.status}, observed(stopping), None, NOW)
+    assert resumed.hold_chief and resumed.delete_pods == [] and resumed.requeue_after == 0.5
+    stopped = [pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 143, "reason": "Error"})]
+    later = plan_reconcile({**job(), "status": resumed.status}, observed(stopped), None, NOW)
+    assert not later.hold_chief and not later.restarted and later.status["restarts"] == 0
+
+
 def test_deadline_fails_the_job() -> None:
     started = format_time(NOW - timedelta(seconds=61))
     plan = plan_reconcile(

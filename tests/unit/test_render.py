@@ -203,7 +203,7 @@ def test_user_settings_win_except_tf_config() -> None:
 def test_suspended_and_stopped_jobs_run_no_pods() -> None:
     suspended = _by_kind(render_children(job(evaluator={"template": {}}), RenderOptions(suspended=True)))
     assert suspended[("StatefulSet", "ctr-ps")]["spec"]["replicas"] == 0
-    assert suspended[("Job", "ctr-chief")]["spec"]["suspend"] is True
+    assert ("Job", "ctr-chief") not in suspended  # a resume makes a new one (RenderOptions.suspended)
     assert suspended[("Job", "ctr-evaluator")]["spec"]["suspend"] is True
     stopped = _by_kind(render_children(job(), RenderOptions(stopped=True)))
     assert stopped[("StatefulSet", "ctr-worker")]["spec"]["replicas"] == 0
@@ -322,10 +322,10 @@ def test_a_jobs_hash_ignores_what_the_api_server_would_refuse_to_change() -> Non
 
 def test_a_jobs_hash_follows_what_may_change() -> None:
     running = _chief(render_children(job()))
-    suspended = _chief(render_children(job(), RenderOptions(suspended=True)))
+    stopped = _chief(render_children(job(), RenderOptions(chief_stopped=True)))
     assert (
         running["metadata"]["annotations"][ANNOTATION_HASH]
-        != suspended["metadata"]["annotations"][ANNOTATION_HASH]
+        != stopped["metadata"]["annotations"][ANNOTATION_HASH]
     )
     evaluator = {"template": {"spec": {"containers": [{"name": "e"}]}}}
     budget = [

@@ -34,7 +34,9 @@ class RenderOptions:
     cluster_domain: str = "cluster.local"
     # Coordinated restarts so far: each restart is a new chief Job with this attempt label.
     attempt: int = 0
-    # Suspended: no pod of any role runs.
+    # Suspended: no pod of any role runs, and there is no chief Job: a suspended Job whose pod is
+    # still stopping when it is resumed counts that pod's exit as a failure (backoffLimit 0), so a
+    # quick resume would fail the chief; a resumed job gets a new Job of the same attempt.
     suspended: bool = False
     # Finished and cleaned: parameter servers, workers and evaluator stop; the chief Job stays as it ended.
     stopped: bool = False
@@ -129,16 +131,12 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
         restart_policy="Never",
         attempt=opts.attempt,
     )
-    children.append(
-        render_chief_job(
-            spec,
-            name,
-            namespace,
-            chief_template,
-            attempt=opts.attempt,
-            suspend=opts.suspended or opts.chief_stopped,
+    if not opts.suspended:
+        children.append(
+            render_chief_job(
+                spec, name, namespace, chief_template, attempt=opts.attempt, suspend=opts.chief_stopped
+            )
         )
-    )
 
     if spec.evaluator:
         evaluator_template = render_pod_template(
