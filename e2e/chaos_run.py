@@ -359,11 +359,14 @@ class Sampler:
     def stop(self) -> None:
         self._stop.set()
 
-    def duplicate_chief_jobs(self) -> list[str]:
+    def duplicate_chief_jobs(self, outcomes: list[Outcome]) -> list[str]:
+        """Chief Jobs made twice for one attempt; a suspended job has two of its attempt 0 (the
+        suspension deletes the Job, the resume makes a new one), no more."""
+        suspended = {o.name for o in outcomes if o.kind is Kind.SUSPEND}
         return [
             f"{job} attempt {attempt}: {len(u)} Jobs"
             for (job, attempt), u in self.chief_jobs.items()
-            if len(u) > 1
+            if len(u) > (2 if job in suspended and attempt == "0" else 1)
         ]
 
     def peaks_mib(self) -> list[float]:

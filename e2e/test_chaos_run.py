@@ -227,7 +227,7 @@ def _check(
     # The samples are taken through the API restarts: most of them must have been.
     assert sampler.samples >= elapsed / 5, "too few samples for the two-chief check"
     assert sampler.two_chiefs == [], "two chief pods running at once"
-    assert sampler.duplicate_chief_jobs() == []
+    assert sampler.duplicate_chief_jobs(outcomes) == []
     wait_for(
         lambda: not chaos_run.orphans(k8s, namespace),
         timeout=ORPHAN_TIMEOUT,
