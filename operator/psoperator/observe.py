@@ -289,14 +289,15 @@ class Observed:
         return [*([chief] if chief is not None else []), *others]
 
     def former_chiefs(self, attempt: int) -> list[PodView]:
-        """Chief pods whose containers may still run (being deleted or not) and that the attempt's
-        chief Job does not own: of other attempts, or of this one while its Job does not exist (it
-        was deleted by a suspension, and the job resumed before the pod stopped)."""
+        """Chief pods whose containers may still run: of other attempts (being deleted or not), and
+        of this one when they are being deleted while its Job does not exist (the Job was deleted
+        by a suspension, and the job resumed before the pod stopped). A pod of this attempt that is
+        not being deleted may be the new Job's own, seen before the Job: it is never one of them."""
         jobless = self.current_chief_job(attempt) is None
         return [
             p
             for p in self.role_pods(Role.CHIEF)
-            if (p.attempt != attempt or jobless) and p.phase not in ("Succeeded", "Failed")
+            if (p.attempt != attempt or (jobless and p.deleting)) and p.phase not in ("Succeeded", "Failed")
         ]
 
     def current_chief_job(self, attempt: int) -> JobView | None:
