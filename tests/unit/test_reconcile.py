@@ -229,7 +229,9 @@ def test_a_job_resumed_before_its_chief_pod_stopped_waits_for_it_and_restarts_no
     later = plan_reconcile({**job(), "status": resumed.status}, observed(stopped), None, NOW)
     assert not later.hold_chief and not later.restarted and later.status["restarts"] == 0
     # A chief pod of the attempt not being deleted may be the new Job's, seen before its Job: kept.
-    new_pod = plan_reconcile({**job(), "status": resumed.status}, observed([pod("chief", 0)]), None, NOW)
+    new_pod = plan_reconcile(
+        {**job(), "status": resumed.status}, observed([pod("chief", 0, attempt=0)]), None, NOW
+    )
     assert not new_pod.hold_chief and new_pod.delete_pods == []
 
 
