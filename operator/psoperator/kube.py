@@ -227,22 +227,21 @@ class Kube:
 
     # --- the job ---------------------------------------------------------------------------
 
-    def get_job(self, namespace: str, name: str) -> Obj | None:
+    def _get(self, path: str) -> Obj | None:
+        """The object at `path`; None when there is none (404)."""
         try:
-            return self._call("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+            return self._call("GET", path)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
 
+    def get_job(self, namespace: str, name: str) -> Obj | None:
+        return self._get(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+
     def served(self, group: str, version: str) -> set[str]:
         """The resources the API server serves in `group`/`version` (its discovery); none yet: empty."""
-        try:
-            found = self._call("GET", f"/apis/{group}/{version}")
-        except ApiException as error:
-            if error.status == 404:
-                return set()
-            raise
+        found = self._get(f"/apis/{group}/{version}") or {}
         return {str(r.get("name")) for r in found.get("resources", []) if isinstance(r, dict)}
 
     def patch_job_status(self, namespace: str, name: str, patch: Obj, resource_version: str) -> Obj:
@@ -275,12 +274,7 @@ class Kube:
     # --- the leader Lease ------------------------------------------------------------------
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return self._call("GET", f"{_LEASES.format(namespace=namespace)}/{name}")
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return self._get(f"{_LEASES.format(namespace=namespace)}/{name}")
 
     def write_lease(self, lease: Obj) -> bool:
         """Create the Lease, or replace the version it names; False when another replica got there first."""
