@@ -54,7 +54,33 @@ def load_config() -> None:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = API_CONCURRENCY
+    configuration.retries = api_retry()
     client.Configuration.set_default(configuration)
+
+
+# Error statuses of an API server that is overloaded or restarting: a read that got one is sent again.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRIES, RETRY_BACKOFF_SECONDS = 3, 0.2
+
+
+class _ApiRetry(urllib3.util.Retry):
+    """Which failed requests urllib3 sends again (RETRIES times at most, backing off, after the
+    server's Retry-After when it gives one): a read that got a transient status, and any request
+    the server refused with Retry-After (API Priority and Fairness turns a request away with 429
+    before doing anything). Reads that got no answer are sent again too (urllib3's default for
+    idempotent requests). A write that failed otherwise fails its reconcile, which reads fresh
+    before it writes again."""
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        if not self.total:
+            return False
+        if method.upper() == "GET":
+            return status_code in TRANSIENT_STATUSES
+        return has_retry_after and status_code == 429
+
+
+def api_retry() -> urllib3.util.Retry:
+    return _ApiRetry(total=RETRIES, backoff_factor=RETRY_BACKOFF_SECONDS, raise_on_status=False)
 
 
 def owned_by(obj: Obj, uid: str) -> bool:
@@ -329,35 +355,45 @@ class Kube:
         create_missing: bool = True,
         hold_chief: bool = False,
     ) -> ApplyResult:
-        """Carry out `plan_children`: create, patch, replace (see there)."""
+        """Carry out `plan_children`: create, patch, replace (see there). A change the API server
+        fails does not hold up the others: they are made, then the first failure is raised."""
         changes, result = plan_children(
             owner_uid, desired, observed, create_missing=create_missing, hold_chief=hold_chief
         )
+        failed: Exception | None = None
         for change in changes:
-            kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
-            ref = f"{kind}/{name}"
-            gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
-            if gone is not None:
-                self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
-                result.deleted.append(ref)
-            if change.verb in (ChildVerb.KEEP, ChildVerb.DELETE):
-                continue
             try:
-                if change.verb is ChildVerb.CREATE:
-                    self._call("POST", self._path(kind, namespace), change.manifest)
-                    result.created.append(ref)
-                else:
-                    self._patch(self._path(kind, namespace, name), change.manifest)
-                    result.patched.append(ref)
-            except ApiException as error:
-                if error.status == 409:
-                    result.conflicts.append(ref)
-                elif error.status == 422:
-                    # A value the API server refuses; a Job's immutable fields are never sent (_patch).
-                    result.rejected.append(f"{ref}: {_reason(error)}")
-                else:
-                    raise
+                self._change(namespace, change, result)
+            except (ApiException, urllib3.exceptions.HTTPError) as error:
+                failed = failed or error
+        if failed is not None:
+            raise failed
         return result
+
+    def _change(self, namespace: str, change: ChildChange, result: ApplyResult) -> None:
+        kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
+        ref = f"{kind}/{name}"
+        gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
+        if gone is not None:
+            self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
+            result.deleted.append(ref)
+        if change.verb in (ChildVerb.KEEP, ChildVerb.DELETE):
+            return
+        try:
+            if change.verb is ChildVerb.CREATE:
+                self._call("POST", self._path(kind, namespace), change.manifest)
+                result.created.append(ref)
+            else:
+                self._patch(self._path(kind, namespace, name), change.manifest)
+                result.patched.append(ref)
+        except ApiException as error:
+            if error.status == 409:
+                result.conflicts.append(ref)
+            elif error.status == 422:
+                # A value the API server refuses; a Job's immutable fields are never sent (_patch).
+                result.rejected.append(f"{ref}: {_reason(error)}")
+            else:
+                raise
 
     def _patch(self, path: str, manifest: Obj) -> None:
         if manifest["kind"] == "Job":

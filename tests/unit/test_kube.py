@@ -27,7 +27,8 @@ class _Wire:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str, Any]] = []
         self.timeouts: list[Any] = []
-        self.status = 200  # of every response
+        self.status = 200  # of every response after `statuses`
+        self.statuses: list[int] = []  # of the next responses, in order
         self.answers: list[Obj] = []  # the bodies of the next responses, in order; then {}
 
     def request(
@@ -36,7 +37,8 @@ class _Wire:
         content_type = (headers or {}).get("Content-Type", "")
         self.sent.append((method, url, content_type, body))
         self.timeouts.append(timeout)
-        return _Ok(self.status, json.dumps(self.answers.pop(0) if self.answers else {}).encode())
+        status = self.statuses.pop(0) if self.statuses else self.status
+        return _Ok(status, json.dumps(self.answers.pop(0) if self.answers else {}).encode())
 
 
 class _Ok:
@@ -91,6 +93,16 @@ def test_a_missing_child_is_created() -> None:
     result = kube.apply_children(NS, "job-uid", desired, _live(_without_chief(desired)))
     assert result.created == ["Job/ctr-chief"]
     assert kube.calls == [("POST", f"/apis/batch/v1/namespaces/{NS}/jobs")]
+
+
+def test_a_child_the_api_server_fails_holds_up_no_other_and_fails_the_reconcile() -> None:
+    desired = render_children(job())
+    kube = RecordingKube()
+    kube.wire.statuses = [500]  # the first create
+    with pytest.raises(ApiException) as failed:
+        kube.apply_children(NS, "job-uid", desired, [])
+    assert failed.value.status == 500
+    assert [method for method, _ in kube.calls] == ["POST"] * len(desired)
 
 
 def test_after_the_end_a_missing_child_stays_missing_and_the_rest_is_still_patched() -> None:
