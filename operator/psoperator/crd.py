@@ -38,6 +38,7 @@ from pydantic_core import core_schema
 from psoperator import GROUP, KIND, PLURAL, VERSION
 from psoperator.api import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.schemas.extract import VALUE_CHECKS
 
 SINGULAR = "pstrainingjob"
 SHORT_NAMES = ["psjob", "psjobs"]
@@ -311,21 +312,7 @@ ROOT_DESCRIPTION = (
 )
 
 # Keys of a pydantic JSON schema node that are carried into the CRD as they are.
-_COPIED = (
-    "type",
-    "description",
-    "enum",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "minItems",
-    "maxItems",
-    "format",
-)
+_COPIED = ("type", "description", *VALUE_CHECKS, "format")
 _IGNORED = frozenset({"title"})
 _HANDLED = frozenset({"$ref", "anyOf", "properties", "required", "items", "additionalProperties"})
 

@@ -58,8 +58,8 @@ QUANTITY_PATTERN = rf"^[+-]?{_NUMBER}([KMGTPE]i|[numkMGTPE]|[eE][+-]?{_NUMBER})?
 # Formats that apiextensions.k8s.io/v1 validates; the others are dropped.
 ALLOWED_FORMATS = frozenset({"int32", "int64", "float", "double", "byte", "date", "date-time"})
 
-_COPIED = (
-    "type",
+# The value checks of a structural schema (apiextensions.k8s.io/v1 JSONSchemaProps).
+VALUE_CHECKS = (
     "enum",
     "minimum",
     "maximum",
@@ -72,6 +72,11 @@ _COPIED = (
     "maxItems",
     "minProperties",
     "maxProperties",
+)
+
+_COPIED = (
+    "type",
+    *VALUE_CHECKS,
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
     "x-kubernetes-map-type",
