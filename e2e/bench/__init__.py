@@ -10,7 +10,9 @@ Scenarios (sizes: `--full` is the issue's, the default a short run of the same):
 - steady: N Running jobs for some time: the operator's RSS, CPU, API requests (counted by the API
   server) and reconciles, per job per minute;
 - big: one job of P PS + W workers: create -> all pods Running, PS failure -> new chief pod, the
-  operator's peak RSS.
+  operator's peak RSS;
+- lifecycle: N jobs created, Running, their chiefs exit 0, Succeeded, deleted: the operator's API
+  writes and requests per job over the whole lifecycle.
 
 The operator runs as a process under the chart's ServiceAccount; two FlowSchemas match that account
 (one for writes, one for everything else) so the API server counts its requests

@@ -18,7 +18,7 @@ from e2e.bench import measure, scenarios
 from e2e.conftest import CHART_NAMESPACE, CRD_FILE, OperatorProcess, chart_account_kubeconfig, kubectl
 from e2e.util import free_port
 
-SCENARIOS = ("burst", "recovery", "steady", "big")
+SCENARIOS = ("burst", "recovery", "steady", "big", "lifecycle")
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,11 @@ class Sizes:
     steady_seconds: float
     big_ps: int
     big_workers: int
+    lifecycle_jobs: int
 
 
-SHORT = Sizes(20, 2, 20, 50, 60, 10, 500)
-FULL = Sizes(200, 2, 100, 1000, 300, 50, 5000)
+SHORT = Sizes(20, 2, 20, 50, 60, 10, 500, 20)
+FULL = Sizes(200, 2, 100, 1000, 300, 50, 5000, 100)
 
 
 def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str]) -> dict[str, Any]:
@@ -54,6 +55,8 @@ def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str]) -> dict[str, An
         results["steady"] = scenarios.steady(bench, sizes.steady_jobs, sizes.steady_seconds)
     if "big" in chosen:
         results["big"] = scenarios.big(bench, sizes.big_ps, sizes.big_workers)
+    if "lifecycle" in chosen:
+        results["lifecycle"] = scenarios.lifecycle(bench, sizes.lifecycle_jobs)
     return results
 
 
@@ -114,12 +117,19 @@ def _big_rows(sizes: dict[str, Any], b: dict[str, float]) -> list[str]:
     ]
 
 
+def _lifecycle_rows(sizes: dict[str, Any], life: dict[str, float]) -> list[str]:
+    label = f"lifecycle, {sizes['lifecycle_jobs']} jobs: create -> Succeeded -> deleted"
+    counts = f"{life['writes_per_job']:.1f} / {life['requests_per_job']:.1f}"
+    return [_row(f"{label}: operator API writes / requests per job", counts)]
+
+
 def table(results: dict[str, Any]) -> list[str]:
     rows: dict[str, Callable[[dict[str, Any], Any], list[str]]] = {
         "burst": _burst_rows,
         "recovery": _recovery_rows,
         "steady": _steady_rows,
         "big": _big_rows,
+        "lifecycle": _lifecycle_rows,
     }
     lines = [_row("metric", "value", "note")]
     for scenario, rows_of in rows.items():
@@ -156,7 +166,9 @@ def main() -> int:
     )
     operator.start()
     try:
-        results = run(scenarios.Bench(api, kubeconfig, operator, metrics_port), sizes, chosen)
+        bench = scenarios.Bench(api, kubeconfig, operator, metrics_port)
+        scenarios.wait_watching(bench)
+        results = run(bench, sizes, chosen)
     finally:
         operator.stop()
         print(f"operator log: {operator.log_path}")

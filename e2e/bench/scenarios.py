@@ -22,7 +22,7 @@ from e2e.bench import measure
 from e2e.bench.podwatch import PodWatch
 from e2e.bench.progress import ChiefProgress
 from e2e.conftest import OperatorProcess
-from e2e.util import rss_mib, wait_for
+from e2e.util import WaitTimeout, rss_mib, wait_for
 from psoperator.kube import Kube
 from psoperator.render import render_children
 
@@ -68,7 +68,27 @@ def delete_namespace(bench: Bench, name: str) -> None:
     wait_for(gone, timeout=TIMEOUT, interval=1.0, message=f"namespace {name} deleted")
 
 
-def create_all(names: list[str], create: Callable[[str], None]) -> None:
+def wait_watching(bench: Bench) -> None:
+    """Returns once the operator serves namespaces created after it started. kopf (1.45) lists the
+    namespaces, then starts its namespace watch from a listing of its own whose objects it ignores:
+    a namespace created between the two, in the operator's first second, is never served. So a job
+    in a namespace created now must get a status first (another namespace on each try)."""
+
+    def served() -> bool:
+        ns = namespace(bench, "ours-ready")
+        try:
+            psjobs.create(bench.api, ns, job_manifest("ready", 1, 1))
+            wait_for(lambda: psjobs.status(bench.api, ns, "ready").get("phase"), timeout=15, message="status")
+            return True
+        except WaitTimeout:
+            return False
+        finally:
+            delete_namespace(bench, ns)
+
+    wait_for(served, timeout=180, interval=0, message="the operator serving new namespaces")
+
+
+def create_all(names: list[str], create: Callable[[str], object]) -> None:
     with ThreadPoolExecutor(CREATORS) as pool:
         list(pool.map(create, names))
 
@@ -135,6 +155,7 @@ class RunningJobs:
     names: list[str]
     pods: PodWatch
     started: float  # when their creation began
+    requests: measure.Requests  # the operator's, counted by the API server until then
 
 
 def start_running(bench: Bench, kind: str, jobs: int, ps: int, workers: int) -> RunningJobs:
@@ -143,12 +164,12 @@ def start_running(bench: Bench, kind: str, jobs: int, ps: int, workers: int) -> 
     ns = namespace(bench, kind)
     names = [f"j{i}" for i in range(jobs)]
     pods = PodWatch(bench.api, ns, pods_per_job=1 + ps + workers).__enter__()
-    started = time.monotonic()
+    requests, started = measure.operator_requests(bench.kubeconfig), time.monotonic()
     create_all(names, create_ours(bench, ns, ps, workers))
     pods.wait_all_running(names, TIMEOUT)
     wait_for(lambda: _all_phase(bench, ns, "Running", established=True), timeout=TIMEOUT, interval=1.0,
              message="jobs Running with their PS established")  # fmt: skip
-    return RunningJobs(ns, names, pods, started)
+    return RunningJobs(ns, names, pods, started, requests)
 
 
 def stop(bench: Bench, jobs: RunningJobs) -> None:
@@ -254,3 +275,43 @@ def big(bench: Bench, ps: int, workers: int) -> dict[str, Any]:
             stop(bench, running)
     stages = {k: v[0] for k, v in _stages(running.pods, injected).items() if v}
     return {"startup_seconds": startup, "recovery_seconds": recovered, "peak_rss_mib": rss.peak, **stages}
+
+
+def _pods(bench: Bench, ns: str, selector: str) -> list[Any]:
+    return list(client.CoreV1Api(bench.api).list_namespaced_pod(ns, label_selector=selector).items)
+
+
+def _finish(bench: Bench, ns: str) -> None:
+    """Every chief exits 0; returns once every job is Succeeded and no pod runs any more (the
+    operator's clean-up of the parameter servers and workers is part of the lifecycle)."""
+    chiefs = [p.metadata.name for p in _pods(bench, ns, f"{psjobs.LABEL_ROLE}=chief")]
+    create_all(chiefs, lambda pod: chaos.annotate_exit(bench.api, ns, pod, 0))
+    wait_for(lambda: _all_phase(bench, ns, "Succeeded"), timeout=TIMEOUT, interval=1.0, message="Succeeded")
+    wait_for(
+        lambda: not [p for p in _pods(bench, ns, psjobs.LABEL_JOB) if p.status.phase == "Running"],
+        timeout=TIMEOUT,
+        interval=1.0,
+        message="no pod Running after the jobs succeeded",
+    )
+
+
+def lifecycle(bench: Bench, jobs: int) -> dict[str, Any]:
+    """`jobs` jobs from creation to deletion: Running with their PS established, every chief exits
+    0, Succeeded, deleted. The operator's API requests per job over the whole lifecycle."""
+    running = start_running(bench, "ours-lifecycle", jobs, 2, 4)
+    custom = client.CustomObjectsApi(bench.api)
+    try:
+        _finish(bench, running.namespace)
+        time.sleep(5)  # a finished job's last status write
+        create_all(
+            running.names,
+            lambda name: custom.delete_namespaced_custom_object(
+                psjobs.GROUP, psjobs.VERSION, running.namespace, psjobs.PLURAL, name
+            ),
+        )
+        wait_for(lambda: not _pods(bench, running.namespace, psjobs.LABEL_JOB), timeout=TIMEOUT,
+                 interval=1.0, message="the jobs' pods gone")  # fmt: skip
+        requests = measure.operator_requests(bench.kubeconfig) - running.requests
+    finally:
+        stop(bench, running)
+    return {"writes_per_job": requests.writes / jobs, "requests_per_job": requests.total / jobs}

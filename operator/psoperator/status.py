@@ -42,14 +42,21 @@ def all_running(spec: PSTrainingJobSpec, observed: Observed, attempt: int) -> bo
 def chief_and_ps_run(spec: PSTrainingJobSpec, observed: Observed, attempt: int) -> bool:
     """What training needs: the chief of the current attempt and every parameter server run."""
     chief = observed.chief_pod(attempt)
-    ps_up = len(observed.running(Role.PS)) == spec.ps.replicas
-    return chief is not None and chief.running and ps_up
+    return chief is not None and chief.running and _ps_up(spec, observed)
+
+
+def _ps_up(spec: PSTrainingJobSpec, observed: Observed) -> bool:
+    return len(observed.running(Role.PS)) == spec.ps.replicas
 
 
 def running_phase(spec: PSTrainingJobSpec, observed: Observed, attempt: int, restarting: bool) -> Phase:
-    """Phase of a job that is neither finished nor suspended."""
+    """Phase of a job that is neither finished nor suspended. A chief whose pod completed keeps the
+    job Running until its Job says so (then the success policy finishes the job): the job does not
+    go through Creating on its way to Succeeded."""
     if not observed.children:
         return Phase.PENDING
-    if chief_and_ps_run(spec, observed, attempt):
+    chief = observed.chief_pod(attempt)
+    completed = chief is not None and chief.phase == "Succeeded" and _ps_up(spec, observed)
+    if completed or chief_and_ps_run(spec, observed, attempt):
         return Phase.RUNNING
     return Phase.RESTARTING if restarting else Phase.CREATING

@@ -110,6 +110,22 @@ def test_restarting_ends_when_the_new_chief_runs() -> None:
     assert plan.status["resumedFromStep"] == 40
 
 
+def _completed_chief() -> dict[str, Any]:
+    report = '{"state":"succeeded","step":100,"checkpointStep":100}'
+    terminated = {"exitCode": 0, "reason": "Completed", "message": report}
+    return pod("chief", 0, attempt=0, phase="Succeeded", terminated=terminated)
+
+
+def test_a_chief_pod_that_completed_keeps_the_job_running_until_its_job_says_so() -> None:
+    plan = plan_reconcile(
+        with_status(job(), **came_up(phase="Running")),
+        observed([_completed_chief(), *BASE[1:]], chief_job()),  # the Job not marked Complete yet
+        ProgressReport(state="succeeded", step=100, checkpointStep=100),
+        NOW,
+    )
+    assert plan.status["phase"] == "Running"
+
+
 def test_chief_success_finishes_and_stops_the_other_roles() -> None:
     done = [
         pod(
