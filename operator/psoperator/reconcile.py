@@ -47,6 +47,7 @@ def _end(spec: PSTrainingJobSpec, d: Draft, phase: Phase, reason: str, message: 
     `stop` is False only when the job never started (nothing to stop, and no children wanted).
     """
     d.end(phase, reason, message)
+    d.status.tracking = Tracking()  # in the same write: its pods go away on purpose
     d.render = _finished_options(spec, d, phase) if stop else None
     d.create_missing = False
     d.requeue_after = ttl.seconds_left(spec, d.status, d.now)

@@ -149,6 +149,8 @@ def test_chief_success_finishes_and_stops_the_other_roles() -> None:
     )
     assert plan.status["phase"] == "Succeeded"
     assert plan.status["completionTime"] == format_time(NOW)
+    # Nothing is tracked from the write that ends the job on: no later write as its pods go.
+    assert plan.status["tracking"] == {"psEstablished": False, "pods": {}}
     assert plan.status["checkpoint"]["step"] == 100
     assert plan.render is not None and plan.render.stopped
     assert _conditions(plan.status)["Succeeded"] == ("True", "ChiefCompleted")
