@@ -127,22 +127,9 @@ def test_a_chief_pod_that_completed_keeps_the_job_running_until_its_job_says_so(
 
 
 def test_chief_success_finishes_and_stops_the_other_roles() -> None:
-    done = [
-        pod(
-            "chief",
-            0,
-            attempt=0,
-            phase="Succeeded",
-            terminated={
-                "exitCode": 0,
-                "reason": "Completed",
-                "message": '{"state":"succeeded","step":100,"checkpointStep":100}',
-            },
-        ),
-        *BASE[1:],
-    ]
+    done = [_completed_chief(), *BASE[1:]]
     plan = plan_reconcile(
-        with_status(job(), phase="Running"),
+        with_status(job(), phase="Running", tracking=tracking_of(BASE)),
         observed(done, chief_job(complete=True)),
         ProgressReport(state="succeeded", step=100, checkpointStep=100),
         NOW,
