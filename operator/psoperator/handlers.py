@@ -91,7 +91,7 @@ JITTER = 0.1
 SETTLE_SECONDS = 0.05
 # A status change that needs nothing else (pods coming up one by one, the step) is written at most
 # this often; anything that acts (a restart, a child, an event) writes at once.
-STATUS_SPACING_SECONDS = 2.0
+STATUS_SPACING_SECONDS = 5.0
 # How often a starting operator asks whether its CRD is served yet.
 CRD_POLL_SECONDS = 2.0
 
