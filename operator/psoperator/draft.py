@@ -59,6 +59,9 @@ class ReconcilePlan:
     # two coordinators never write the same checkpoints.
     hold_chief: bool = False
     delete_pods: list[PodDeletion] = field(default_factory=list)
+    # A parameter server's tracking changed: the status is written at once, not spaced with the
+    # other status-only changes, so that a PS that fails right after it appeared is judged against it.
+    write_now: bool = False
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Draft:
     create_missing: bool = True
     hold_chief: bool = False
     delete_pods: list[PodDeletion] = field(default_factory=list)
+    write_now: bool = False
 
     @classmethod
     def start(
@@ -175,4 +179,5 @@ class Draft:
             create_missing=self.create_missing,
             hold_chief=self.hold_chief,
             delete_pods=self.delete_pods,
+            write_now=self.write_now,
         )

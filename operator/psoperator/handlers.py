@@ -90,7 +90,8 @@ JITTER = 0.1
 # A woken loop waits this long for the rest of a burst of events of the job's objects.
 SETTLE_SECONDS = 0.05
 # A status change that needs nothing else (pods coming up one by one, the step) is written at most
-# this often; anything that acts (a restart, a child, an event) writes at once.
+# this often; anything that acts (a restart, a child, an event) or a parameter server's tracking
+# (ReconcilePlan.write_now) writes at once.
 STATUS_SPACING_SECONDS = 5.0
 # How often a starting operator asks whether its CRD is served yet.
 CRD_POLL_SECONDS = 2.0
@@ -358,6 +359,7 @@ class Decision:
         """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
         plan = self.plan
         acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
+        acts = acts or plan.write_now
         return not (acts or self.changes or self.conflicts)
 
 

@@ -188,6 +188,7 @@ def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
 def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """What to watch next time, and the per-role counts `kubectl get` shows."""
     d.status.tracking = recovery.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
+    d.write_now = recovery.ps_tracking_changed(d.old.tracking, d.status.tracking, d.observed)
     grace = spec.failure_policy.startup_error_grace_seconds
     stuck = recovery.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
     d.status.tracking.start_errors = stuck or None  # none: the field goes away

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from psoperator.contract import ProgressReport
 from psoperator.observe import Observed
 from psoperator.reconcile import plan_reconcile
@@ -664,3 +666,23 @@ def test_an_old_chief_that_already_failed_does_not_hold_the_new_one() -> None:
     replaced = [failed[0], pod("ps", 0, uid="new-0"), pod("ps", 1, uid="new-1"), *BASE[3:]]
     later = plan_reconcile({**running, "status": plan.status}, observed(replaced, chief_job(0)), None, NOW)
     assert not later.hold_chief and later.delete_pods == []
+
+
+@pytest.mark.parametrize(
+    ("now", "write_now"),
+    [
+        (BASE, False),  # nothing changed
+        ([*BASE[:3], pod("worker", 0, uid="new-worker"), BASE[4]], False),  # a worker came back
+        ([BASE[0], BASE[1], pod("ps", 1, phase="Pending", ready=False), *BASE[3:]], False),  # not ready
+        ([BASE[0], BASE[1], pod("ps", 1, uid="new-ps"), *BASE[3:]], True),  # a PS replaced
+        ([BASE[0], pod("ps", 0, restarts=1), *BASE[2:]], True),  # a PS restarted in place
+    ],
+)
+def test_a_parameter_servers_new_tracking_is_written_at_once(
+    now: list[dict[str, Any]], write_now: bool
+) -> None:
+    """Status-only changes are spaced, but not a PS's tracking: a PS that fails right after it
+    appeared must be judged against what it was."""
+    status = came_up(phase="Running", tracking=tracking_of(BASE))
+    plan = plan_reconcile(with_status(job(), **status), observed(now, chief_job()), None, NOW)
+    assert plan.write_now is write_now

@@ -515,6 +515,11 @@ def _record_reason(recorded: list[Failure]) -> str:
     return "SidecarRestarted"
 
 
+def ps_tracking_changed(old: Tracking, new: Tracking, observed: Observed) -> bool:
+    """A parameter server appeared, was replaced or restarted since the tracking was last stored."""
+    return any(old.pods.get(p.name) != new.pods.get(p.name) for p in observed.role_pods(Role.PS))
+
+
 def next_tracking(
     status: PSTrainingJobStatus, observed: Observed, ps_replicas: int, restarted: bool
 ) -> Tracking:
