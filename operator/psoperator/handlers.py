@@ -359,8 +359,7 @@ class Decision:
         """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
         plan = self.plan
         acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
-        acts = acts or plan.write_now
-        return not (acts or self.changes or self.conflicts)
+        return not (acts or plan.write_now or self.changes or self.conflicts)
 
 
 async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
