@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from psoperator.observe import slim_pod
+from psoperator.observe import slim_child, slim_pod
 from psoperator.render.names import LABEL_JOB
 
 Obj = dict[str, Any]
@@ -68,9 +68,7 @@ class WatchCache:
         )
 
     def child_seen(self, event: str | None, body: Obj) -> JobKey | None:
-        meta = {k: v for k, v in body.get("metadata", {}).items() if k != "managedFields"}
-        kept = {**body, "metadata": meta}
-        return self._seen(self.children, event, body, (str(body.get("kind")), _name(body)), kept)
+        return self._seen(self.children, event, body, (str(body.get("kind")), _name(body)), slim_child(body))
 
     def pod_seen(self, event: str | None, body: Obj) -> JobKey | None:
         return self._seen(self.pods, event, body, _name(body), slim_pod(body))
@@ -108,7 +106,8 @@ class WatchCache:
         and the read no longer found."""
         self.job_seen(*key, job)
         self.read_at[key] = started
-        self._merge(self.children, key, {(str(c["kind"]), _name(c)): c for c in children}, started)
+        slim = {(str(c["kind"]), _name(c)): slim_child(c) for c in children}
+        self._merge(self.children, key, slim, started)
         self._merge(self.pods, key, {_name(p): p for p in pods}, started)
 
     @staticmethod

@@ -359,6 +359,18 @@ _SLIM_METADATA = (
 )
 
 
+def slim_child(obj: Obj) -> Obj:
+    """What the operator reads of a child (Service, StatefulSet, Job, ConfigMap, NetworkPolicy): its
+    kind, metadata (without managedFields), status and, of a Job, whether it is suspended. The spec
+    (pod templates with TF_CONFIG) and a ConfigMap's data are left out: a child is compared with the
+    rendered one by its hash annotation (kube.plan_children)."""
+    meta = {k: v for k, v in _dict(obj.get("metadata")).items() if k != "managedFields"}
+    kept: Obj = {"kind": obj.get("kind"), "metadata": meta, "status": _dict(obj.get("status"))}
+    if obj.get("kind") == "Job":
+        kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}
+    return kept
+
+
 def slim_pod(pod: Obj) -> Obj:
     """What `parse_pod` and `owned_pods` read of a pod, and nothing else: the operator keeps the
     latest version of every pod of its jobs, whose full objects (environment, managedFields) are

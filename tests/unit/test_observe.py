@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from psoperator.observe import parse_pod
+import copy
+import json
+from typing import Any
+
+from psoperator.kube import plan_children
+from psoperator.observe import parse_job, parse_pod, slim_child
+from psoperator.render import render_children
 from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER
 from psoperator.timeutil import format_time
-from tests.unit.builders import NOW, pod
+from tests.unit.builders import NOW, chief_job, job, pod
 
 OOM = {"exitCode": 137, "reason": "OOMKilled", "message": ""}
 
@@ -80,3 +86,24 @@ def test_a_disrupted_pod_says_since_when() -> None:
     obj["status"]["conditions"][-1]["lastTransitionTime"] = format_time(NOW)
     view = parse_pod(obj)
     assert (view.disruption, view.disrupted_at) == ("PreemptionByScheduler", format_time(NOW))
+
+
+def _live(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rendered children as the API returns them: a uid, managedFields, a status."""
+    live = copy.deepcopy(manifests)
+    for obj in live:
+        obj["metadata"] |= {"uid": f"{obj['metadata']['name']}-uid", "managedFields": [{"manager": "x"}]}
+        obj["status"] = {"replicas": 1}
+    return live
+
+
+def test_a_slim_child_decides_what_the_whole_child_decides_in_a_fraction_of_its_size() -> None:
+    desired = render_children(job())
+    live = _live(desired)
+    slim = [slim_child(c) for c in live]
+    changed = render_children(job(image="trainer:2"))
+    for wanted in (desired, changed):
+        assert plan_children("job-uid", wanted, slim) == plan_children("job-uid", wanted, live)
+    suspended = chief_job(complete=True) | {"spec": {"suspend": True, "template": {"spec": {}}}}
+    assert parse_job(slim_child(suspended)) == parse_job(suspended)
+    assert len(json.dumps(slim)) < len(json.dumps(live)) / 2
