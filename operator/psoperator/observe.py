@@ -11,7 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 from psoperator.contract import Role
-from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE, child_name
+from psoperator.render.names import (
+    ANNOTATION_TRAINER_CONTAINER,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_ROLE,
+    child_name,
+)
 from psoperator.timeutil import format_time, parse_time
 
 Obj = dict[str, Any]
@@ -124,9 +130,12 @@ class PodView:
         return self.phase == "Failed"
 
 
+_INDEX_LABELS = ("apps.kubernetes.io/pod-index", "batch.kubernetes.io/job-completion-index")
+
+
 def _index_of(meta: Obj, name: str) -> int | None:
     labels = _dict(meta.get("labels"))
-    for key in ("apps.kubernetes.io/pod-index", "batch.kubernetes.io/job-completion-index"):
+    for key in _INDEX_LABELS:
         index = _int(labels.get(key))
         if index is not None:
             return index
@@ -352,9 +361,9 @@ _SLIM_METADATA = (
     "namespace",
     "uid",
     "resourceVersion",
-    "labels",
     "ownerReferences",
     "deletionTimestamp",
+    "deletionGracePeriodSeconds",
     "creationTimestamp",
 )
 
@@ -381,11 +390,31 @@ def slim_pod(pod: Obj) -> Obj:
     return {
         "metadata": {
             **{k: meta[k] for k in _SLIM_METADATA if k in meta},
+            "labels": {k: v for k, v in _dict(meta.get("labels")).items() if k in _POD_LABELS},
             "annotations": {ANNOTATION_TRAINER_CONTAINER: trainer} if trainer is not None else {},
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
             "containers": [{"name": _dict(c).get("name")} for c in _list(spec.get("containers"))],
         },
-        "status": _dict(pod.get("status")),
+        "status": _slim_pod_status(_dict(pod.get("status"))),
+    }
+
+
+_POD_LABELS = frozenset({LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, *_INDEX_LABELS})
+_POD_CONDITIONS = ("Ready", "DisruptionTarget", "PodScheduled")
+_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+_CONTAINER_FIELDS = ("name", "restartCount", "state", "lastState")
+
+
+def _slim_pod_status(status: Obj) -> Obj:
+    """The pod's status as parse_pod reads it: no images, ids, probes' times or resources."""
+    conditions = [c for c in _list(status.get("conditions")) if _dict(c).get("type") in _POD_CONDITIONS]
+    return {
+        **{k: status[k] for k in ("phase", "podIP", "reason") if k in status},
+        "conditions": [{k: c[k] for k in _CONDITION_FIELDS if k in c} for c in conditions],
+        "containerStatuses": [
+            {k: c[k] for k in _CONTAINER_FIELDS if k in c}
+            for c in map(_dict, _list(status.get("containerStatuses")))
+        ],
     }
