@@ -17,5 +17,6 @@ process: see peer.py):
 
 The operator runs as a process under the chart's ServiceAccount, the training-operator under its
 own; two FlowSchemas match each account (one for writes, one for everything else) so the API server
-counts their requests (`apiserver_flowcontrol_dispatched_requests_total`). Prints figures, asserts nothing about speed.
+counts their requests (`apiserver_flowcontrol_dispatched_requests_total`). Prints figures, asserts
+nothing about speed.
 """
