@@ -15,6 +15,9 @@ IP, would refuse; so the Secret is filled beforehand with a CA and a certificate
 as its own (it checks the CA's name and the certificate against that DNS name) and that also names
 127.0.0.1. In a cluster the kubelet mounts that Secret where the webhook server reads it (a path
 fixed in its source); here the benchmark writes the files there.
+
+All of it stays in the cluster after the run (the next start applies it again): with the process
+stopped, the API server refuses TFJob creates (failurePolicy Fail), and nothing else.
 """
 
 from __future__ import annotations
