@@ -238,6 +238,8 @@ class OperatorProcess:
     endpoint answers; `stop()` sends SIGTERM, then SIGKILL after `grace` seconds.
     """
 
+    probe_path = "/healthz"  # what `start()` waits for, on the port `command()` is given
+
     def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_args: list[str] | None = None):
         self.kubeconfig = kubeconfig
         self.namespace = namespace
@@ -274,7 +276,7 @@ class OperatorProcess:
         """Starts the process without waiting for it to be live."""
         if self.running:
             raise RuntimeError("operator already running")
-        self.liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
+        self.liveness_url = f"http://127.0.0.1:{free_port()}{self.probe_path}"
         self.starts += 1
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.extra_env}
         with self.log_path.open("ab") as log:
@@ -384,8 +386,12 @@ def chart_account_kubeconfig(
     account = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ServiceAccount")
     namespace = kubectl(kubeconfig, "create", "namespace", CHART_NAMESPACE, "--dry-run=client", "-o", "yaml")
     kubectl(kubeconfig, "apply", "-f", "-", stdin=namespace + "---\n" + rendered)
-    name = account["metadata"]["name"]
-    token = kubectl(kubeconfig, "create", "token", name, "-n", CHART_NAMESPACE, "--duration", "6h").strip()
+    return token_kubeconfig(kubeconfig, CHART_NAMESPACE, account["metadata"]["name"], path)
+
+
+def token_kubeconfig(kubeconfig: Path, namespace: str, account: str, path: Path) -> Path:
+    """Writes to `path` a kubeconfig of the admin's cluster with a token of that ServiceAccount."""
+    token = kubectl(kubeconfig, "create", "token", account, "-n", namespace, "--duration", "6h").strip()
     admin = yaml.safe_load(kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
     path.write_text(

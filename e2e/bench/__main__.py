@@ -1,4 +1,5 @@
-"""`python -m e2e.bench [--full] [--scenarios burst,recovery,steady,big] [--json PATH]`: see __init__."""
+"""`python -m e2e.bench [--full] [--scenarios burst,recovery,steady,big] [--kinds ours,floor,tfjob]
+[--json PATH]`: see __init__."""
 
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ from typing import Any
 
 from kubernetes import client, config
 
-from e2e.bench import measure, scenarios
+from e2e.bench import measure, peer, scenarios
 from e2e.conftest import CHART_NAMESPACE, CRD_FILE, OperatorProcess, chart_account_kubeconfig, kubectl
 from e2e.util import free_port
 
 SCENARIOS = ("burst", "recovery", "steady", "big", "lifecycle")
+KINDS = ("ours", "floor", "tfjob")  # burst: all; recovery: those with an operator
 
 
 @dataclass(frozen=True)
 class Sizes:
     burst_jobs: int
-    burst_rounds: int  # each round runs ours and the floor, in alternating order
+    burst_rounds: int  # each round runs every kind, in reversed order every other round
     recovery_jobs: int
     steady_jobs: int
     steady_seconds: float
@@ -37,12 +39,12 @@ SHORT = Sizes(20, 2, 20, 50, 60, 10, 500, 20)
 FULL = Sizes(200, 2, 100, 1000, 300, 50, 5000, 100)
 
 
-def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str]) -> dict[str, Any]:
+def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str], kinds: list[str]) -> dict[str, Any]:
     results: dict[str, Any] = {"sizes": asdict(sizes)}
     if "burst" in chosen:
-        rounds: dict[str, list[dict[str, Any]]] = {"ours": [], "floor": []}
+        rounds: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
         for r in range(sizes.burst_rounds):
-            for kind in ("ours", "floor") if r % 2 == 0 else ("floor", "ours"):
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:
                 rounds[kind].append(scenarios.burst(bench, kind, sizes.burst_jobs))
                 print(
                     f"burst round {r + 1} {kind}: {measure.percentiles(rounds[kind][-1]['seconds'])}",
@@ -50,7 +52,9 @@ def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str]) -> dict[str, An
                 )
         results["burst"] = rounds
     if "recovery" in chosen:
-        results["recovery"] = scenarios.recovery(bench, sizes.recovery_jobs)
+        results["recovery"] = {
+            kind: scenarios.recovery(bench, kind, sizes.recovery_jobs) for kind in kinds if kind != "floor"
+        }
     if "steady" in chosen:
         results["steady"] = scenarios.steady(bench, sizes.steady_jobs, sizes.steady_seconds)
     if "big" in chosen:
@@ -61,32 +65,48 @@ def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str]) -> dict[str, An
 
 
 def _row(label: str, value: str, note: str = "") -> str:
-    return f"{label:<44} {value:<40} {note}"
+    return f"{label:<56} {value:<40} {note}"
 
 
 STAGES = ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief")
 
 
+def _ratios(p: dict[str, dict[str, float]], q: str) -> str:
+    return ", ".join(f"ours/{kind} {p['ours'][q] / p[kind][q]:.2f}" for kind in p if kind != "ours")
+
+
 def _burst_rows(sizes: dict[str, Any], burst: dict[str, list[dict[str, Any]]]) -> list[str]:
     lines = []
-    for i, (ours, floor) in enumerate(zip(burst["ours"], burst["floor"], strict=True)):
-        o, f = measure.percentiles(ours["seconds"]), measure.percentiles(floor["seconds"])
+    for i in range(len(burst["ours"])):
+        p = {kind: measure.percentiles(rounds[i]["seconds"]) for kind, rounds in burst.items()}
         label = f"burst {sizes['burst_jobs']} jobs, round {i + 1}: create -> Running"
         for q in ("p50", "p95", "p99", "last"):
-            values = f"ours {o[q]:6.2f}s floor {f[q]:6.2f}s"
-            lines.append(_row(f"{label} {q}", values, f"ours/floor {o[q] / f[q]:.2f}"))
-        counts = f"{ours['writes_per_job']:.1f} / {ours['requests_per_job']:.1f}"
-        lines.append(_row("  operator API writes / requests per job", counts))
+            values = " ".join(f"{kind} {p[kind][q]:5.2f}s" for kind in p)
+            lines.append(_row(f"{label} {q}", values, _ratios(p, q)))
+        for kind, rounds in burst.items():
+            if rounds[i]["writes_per_job"] is not None:
+                counts = f"{rounds[i]['writes_per_job']:.1f} / {rounds[i]['requests_per_job']:.1f}"
+                lines.append(_row(f"  {kind}: operator API writes / requests per job", counts))
     return lines
 
 
-def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, list[float]]) -> list[str]:
-    p = measure.percentiles(recovery["seconds"])
-    label = f"recovery, {sizes['recovery_jobs']} jobs: PS failure -> new chief"
-    lines = [_row(label, f"p50 {p['p50']:.2f}s p99 {p['p99']:.2f}s max {p['last']:.2f}s")]
-    for stage in STAGES:
-        part = measure.percentiles(recovery[stage])
-        lines.append(_row(f"  {stage.replace('_', ' ')}", f"p50 {part['p50']:.2f}s p99 {part['p99']:.2f}s"))
+def _percentile_text(values: list[float]) -> str:
+    p = measure.percentiles(values)
+    return f"p50 {p['p50']:.2f}s p99 {p['p99']:.2f}s max {p['last']:.2f}s"
+
+
+def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, dict[str, Any]]) -> list[str]:
+    lines, label = [], f"recovery, {sizes['recovery_jobs']} jobs"
+    if ours := recovery.get("ours"):
+        lines.append(_row(f"{label}: PS failure -> new chief (ours)", _percentile_text(ours["seconds"])))
+        lines += [_row(f"  {s.replace('_', ' ')}", _percentile_text(ours[s])) for s in STAGES]
+    p = {kind: measure.percentiles(r["ps_replaced_seconds"]) for kind, r in recovery.items()}
+    for kind, r in recovery.items():
+        restarted = f"chief restarted in {r['chiefs_restarted']} of {r['jobs']} jobs"
+        text = _percentile_text(r["ps_replaced_seconds"])
+        lines.append(_row(f"{label}: PS failure -> new PS Running ({kind})", text, restarted))
+    if len(p) > 1:
+        lines.append(_row("  new PS Running", f"p50 {_ratios(p, 'p50')}; p99 {_ratios(p, 'p99')}"))
     return lines
 
 
@@ -138,40 +158,60 @@ def table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="the operator's benchmark (see e2e/bench/__init__.py)")
     parser.add_argument("--full", action="store_true", help="the issue's sizes (long: tens of minutes)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="ours and any of floor, tfjob")
     parser.add_argument("--json", type=Path, default=Path("bench.json"))
     args = parser.parse_args()
-    chosen = [s for s in args.scenarios.split(",") if s]
-    if unknown := set(chosen) - set(SCENARIOS):
+    args.scenarios = [s for s in args.scenarios.split(",") if s]
+    args.kinds = [k for k in KINDS if k in args.kinds.split(",")]  # in KINDS' order
+    if unknown := set(args.scenarios) - set(SCENARIOS):
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    if "ours" not in args.kinds:
+        parser.error(f"--kinds: ours and any of floor, tfjob (known: {', '.join(KINDS)})")
     if not os.environ.get("KUBECONFIG"):
         sys.exit("set KUBECONFIG (e.g. KUBECONFIG=$(e2e/cluster/cluster.sh up))")
+    return args
+
+
+def _our_account(api: client.ApiClient) -> measure.Account:
+    accounts = client.CoreV1Api(api).list_namespaced_service_account(CHART_NAMESPACE).items
+    names = [str(a.metadata.name) for a in accounts if a.metadata and a.metadata.name != "default"]
+    return measure.Account(CHART_NAMESPACE, names[0], "psoperator-bench", 600)
+
+
+def main() -> int:
+    args = _arguments()
     sizes = FULL if args.full else SHORT
     kubeconfig = Path(os.environ["KUBECONFIG"])
     api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     workdir = Path(tempfile.mkdtemp(prefix="psoperator-bench-"))
     operator_kubeconfig = chart_account_kubeconfig(kubeconfig, api, "psoperator", workdir / "kubeconfig")
-    accounts = client.CoreV1Api(api).list_namespaced_service_account(CHART_NAMESPACE).items
-    names = [str(a.metadata.name) for a in accounts if a.metadata and a.metadata.name != "default"]
-    measure.count_operator_requests(api, names[0])
+    accounts = {"ours": _our_account(api)}
     busiest = max(sizes.burst_jobs * 7, sizes.steady_jobs * 7, 1 + sizes.big_ps + sizes.big_workers)
     measure.add_nodes(api, busiest)
     metrics_port = free_port()
     operator = OperatorProcess(
         operator_kubeconfig, "bench-ours-*", workdir / "operator.log", ["--metrics-port", str(metrics_port)]
     )
-    operator.start()
+    processes: list[OperatorProcess] = [operator]
     try:
-        bench = scenarios.Bench(api, kubeconfig, operator, metrics_port)
+        operator.start()
+        if "tfjob" in args.kinds:
+            processes.append(peer.start(kubeconfig, workdir))
+            accounts["tfjob"] = measure.Account(peer.NAMESPACE, peer.ACCOUNT, "psoperator-bench-tfjob", 602)
+        for account in accounts.values():
+            measure.count_requests(api, account)
+        bench = scenarios.Bench(api, kubeconfig, operator, metrics_port, accounts)
         scenarios.wait_watching(bench)
-        results = run(bench, sizes, chosen)
+        results = run(bench, sizes, args.scenarios, args.kinds)
     finally:
-        operator.stop()
-        print(f"operator log: {operator.log_path}")
+        for process in processes:
+            process.stop()
+            print(f"log: {process.log_path}")
     print("\n".join(table(results)))
     args.json.write_text(json.dumps(results, indent=1))
     print(f"written: {args.json}")

@@ -1,4 +1,4 @@
-"""What the benchmark reads: the API server's request counts for the operator's account, the
+"""What the benchmark reads: the API server's request counts for an operator's account, the
 operator process's RSS and CPU (from /proc), its reconcile count (its Prometheus metrics), and the
 simulated nodes it adds so that thousands of pods fit."""
 
@@ -15,10 +15,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import CHART_NAMESPACE, kubectl
+from e2e.conftest import kubectl
 from e2e.util import rss_mib, wait_for
 
-FLOW_WRITES, FLOW_OTHERS = "psoperator-bench-writes", "psoperator-bench-others"
 WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
 Obj = dict[str, Any]
 NODE_PODS = 1000  # pods per simulated node the benchmark adds
@@ -30,8 +29,19 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": cut[49], "p95": cut[94], "p99": cut[98], "last": ordered[-1], "n": len(ordered)}
 
 
-def _flow_schema(name: str, precedence: int, account: str, rules: Obj) -> Obj:
-    subject = {"kind": "ServiceAccount", "serviceAccount": {"name": account, "namespace": CHART_NAMESPACE}}
+@dataclass(frozen=True)
+class Account:
+    """A ServiceAccount whose requests the API server counts in two FlowSchemas of its own."""
+
+    namespace: str
+    name: str
+    flows: str  # the FlowSchemas' names: `<flows>-writes`, `<flows>-others`
+    precedence: int  # of the writes' FlowSchema; the others' is the next
+
+
+def _flow_schema(name: str, precedence: int, account: Account, rules: Obj) -> Obj:
+    account_ref = {"name": account.name, "namespace": account.namespace}
+    subject = {"kind": "ServiceAccount", "serviceAccount": account_ref}
     return {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "FlowSchema",
@@ -45,9 +55,9 @@ def _flow_schema(name: str, precedence: int, account: str, rules: Obj) -> Obj:
     }
 
 
-def count_operator_requests(api: client.ApiClient, account: str) -> None:
-    """Two FlowSchemas for the operator's ServiceAccount: its writes, and all else (reads, watches,
-    discovery). The API server then counts each apart, whatever client library sent them."""
+def count_requests(api: client.ApiClient, account: Account) -> None:
+    """Two FlowSchemas for the account: its writes, and all else (reads, watches, discovery). The
+    API server then counts each apart, whatever client library sent them."""
     every: Obj = {"apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": True}
     writes = {"resourceRules": [{**every, "verbs": WRITE_VERBS}]}
     others = {
@@ -56,8 +66,8 @@ def count_operator_requests(api: client.ApiClient, account: str) -> None:
     }
     custom = client.CustomObjectsApi(api)
     for body in (
-        _flow_schema(FLOW_WRITES, 600, account, writes),
-        _flow_schema(FLOW_OTHERS, 601, account, others),
+        _flow_schema(f"{account.flows}-writes", account.precedence, account, writes),
+        _flow_schema(f"{account.flows}-others", account.precedence + 1, account, others),
     ):
         try:
             custom.create_cluster_custom_object("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", body)
@@ -79,14 +89,15 @@ class Requests:
         return self.writes + self.others
 
 
-def operator_requests(kubeconfig: Path) -> Requests:
-    counts = {FLOW_WRITES: 0.0, FLOW_OTHERS: 0.0}
+def requests(kubeconfig: Path, account: Account) -> Requests:
+    counts = {f"{account.flows}-writes": 0.0, f"{account.flows}-others": 0.0}
     for line in kubectl(kubeconfig, "get", "--raw", "/metrics").splitlines():
         if line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
             for name in counts:
                 if f'flow_schema="{name}"' in line:
                     counts[name] += float(line.rsplit(" ", 1)[1])
-    return Requests(counts[FLOW_WRITES], counts[FLOW_OTHERS])
+    writes, others = counts.values()
+    return Requests(writes, others)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -21,17 +22,34 @@ from e2e.util import wait_for
 Obj = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class PodLabels:
+    """The labels that name a pod's job, role ("chief", "ps", "worker") and chief attempt."""
+
+    job: str
+    role: str
+    attempt: str = ""  # none: every chief pod is of attempt ""
+
+
+OURS = PodLabels(LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT)
+
+
 class PodWatch:
     """When each job first had `pods_per_job` pods Running, when a PS of it was first seen Failed,
-    when its chief pods of an attempt were first seen being deleted, and when each attempt appeared."""
+    when its chief pods of an attempt were first seen being deleted, when each attempt appeared,
+    and each pod (by uid) and when it was first Running."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, pods_per_job: int) -> None:
-        self.api, self.namespace, self.pods_per_job = api, namespace, pods_per_job
+    def __init__(
+        self, api: client.ApiClient, namespace: str, pods_per_job: int, labels: PodLabels = OURS
+    ) -> None:
+        self.api, self.namespace, self.pods_per_job, self.labels = api, namespace, pods_per_job, labels
         self.running: dict[str, set[str]] = defaultdict(set)  # job -> names of its Running pods
         self.all_running_at: dict[str, float] = {}
         self.chief_seen_at: dict[tuple[str, str], float] = {}  # (job, attempt) -> first event
         self.chief_deleting_at: dict[tuple[str, str], float] = {}
         self.ps_failed_at: dict[str, float] = {}
+        self.seen: dict[str, tuple[str, str, str]] = {}  # uid -> (job, role, name)
+        self.running_at: dict[str, float] = {}  # uid -> first seen Running
         self._response: Any = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"podwatch-{namespace}", daemon=True)
@@ -50,7 +68,7 @@ class PodWatch:
         since: str | None = None
         while not self._stopped.is_set():
             self._response = core.list_namespaced_pod(
-                self.namespace, label_selector=LABEL_JOB, watch=True, resource_version=since,
+                self.namespace, label_selector=self.labels.job, watch=True, resource_version=since,
                 allow_watch_bookmarks=True, timeout_seconds=120, _preload_content=False,
             )  # fmt: skip
             try:
@@ -67,13 +85,14 @@ class PodWatch:
             return None
         if kind == "BOOKMARK":
             return str(meta.get("resourceVersion"))
-        labels = meta.get("labels", {})
-        job, name = labels.get(LABEL_JOB, ""), meta.get("name", "")
+        labels, key = meta.get("labels", {}), self.labels
+        job, name, uid = labels.get(key.job, ""), meta.get("name", ""), meta.get("uid", "")
         role, attempt, phase = (
-            labels.get(LABEL_ROLE),
-            labels.get(LABEL_ATTEMPT, ""),
+            labels.get(key.role),
+            labels.get(key.attempt, "") if key.attempt else "",
             pod.get("status", {}).get("phase"),
         )
+        self.seen.setdefault(uid, (job, str(role), name))
         if role == "chief":
             self.chief_seen_at.setdefault((job, attempt), now)
             if meta.get("deletionTimestamp"):
@@ -83,6 +102,7 @@ class PodWatch:
         running = phase == "Running" and not meta.get("deletionTimestamp")
         if running and kind != "DELETED":
             self.running[job].add(name)
+            self.running_at.setdefault(uid, now)
         else:
             self.running[job].discard(name)
         if len(self.running[job]) >= self.pods_per_job:
@@ -107,3 +127,31 @@ class PodWatch:
             message=f"chief pods of attempt {attempt}",
         )
         return {j: self.chief_seen_at[(j, key)] for j in jobs}
+
+    def new_pods(self, before: set[str], role: str) -> dict[str, list[str]]:
+        """The names of the pods of `role` not among the uids `before`, by job."""
+        found: dict[str, list[str]] = defaultdict(list)
+        for uid, (job, pod_role, name) in list(self.seen.items()):
+            if uid not in before and pod_role == role:
+                found[job].append(name)
+        return found
+
+    def wait_replaced(self, before: set[str], names: dict[str, str], timeout: float) -> dict[str, float]:
+        """When, for each job, a pod named `names[job]` and not among the uids `before` was first
+        Running: a replacement of that pod."""
+
+        def replaced(job: str) -> float | None:
+            times = [
+                at
+                for uid, at in list(self.running_at.items())
+                if uid not in before and self.seen[uid][0] == job and self.seen[uid][2] == names[job]
+            ]
+            return min(times, default=None)
+
+        wait_for(
+            lambda: all(replaced(j) is not None for j in names),
+            timeout=timeout,
+            interval=0.2,
+            message=lambda: f"replacements of {sum(replaced(j) is None for j in names)} pods Running",
+        )
+        return {j: t for j in names if (t := replaced(j)) is not None}

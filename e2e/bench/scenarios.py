@@ -1,7 +1,10 @@
 """The scenarios: each creates its jobs in a namespace of its own and deletes it afterwards.
 
-The operator watches `bench-ours-*` namespaces only; the floor's jobs (created so that their
-children have an owner, as the operator's do) live in `bench-floor-*`, which it never sees.
+Three kinds of the same job (1 chief + P PS + W workers): "ours"; "floor", its children created by
+the benchmark itself; "tfjob", a TFJob of Kubeflow's training-operator (`peer.py`). The operator
+watches `bench-ours-*` namespaces only; the floor's jobs (created so that their children have an
+owner, as the operator's do) live in `bench-floor-*`, which it never sees; the training-operator
+watches every namespace, as installed, and acts on TFJobs only (`bench-tfjob-*`).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e import chaos, psjobs
-from e2e.bench import measure
-from e2e.bench.podwatch import PodWatch
+from e2e.bench import measure, peer
+from e2e.bench.podwatch import OURS, PodLabels, PodWatch
 from e2e.bench.progress import ChiefProgress
 from e2e.conftest import OperatorProcess
 from e2e.util import WaitTimeout, rss_mib, wait_for
@@ -29,6 +32,7 @@ from psoperator.render import render_children
 Obj = dict[str, Any]
 CREATORS = 8  # concurrent clients creating the jobs of a burst (the same for ours and the floor)
 TIMEOUT = 1800.0
+OBSERVE_SECONDS = 15.0  # after the peer's PS are replaced: long enough to see it restart a chief
 
 
 @dataclass
@@ -37,6 +41,7 @@ class Bench:
     kubeconfig: Path  # the admin's: metrics, namespaces, chaos
     operator: OperatorProcess
     metrics_port: int
+    accounts: dict[str, measure.Account]  # of the kinds run by an operator: "ours", "tfjob"
 
 
 def job_manifest(name: str, ps: int, workers: int) -> Obj:
@@ -112,29 +117,50 @@ def create_floor(bench: Bench, ns: str, ps: int, workers: int) -> Callable[[str]
     return create
 
 
+def create_tfjob(bench: Bench, ns: str, ps: int, workers: int) -> Callable[[str], None]:
+    def create(name: str) -> None:
+        peer.create_tfjob(bench.api, ns, peer.tfjob_manifest(name, ps, workers))
+
+    return create
+
+
+FACTORIES = {"ours": create_ours, "floor": create_floor, "tfjob": create_tfjob}
+LABELS: dict[str, PodLabels] = {"ours": OURS, "floor": OURS, "tfjob": peer.LABELS}
+
+
+def settled(bench: Bench, kind: str, ns: str, established: bool = False) -> bool:
+    """Whether every job's status says Running (an operator's start-up status writes are done);
+    `established`: ours, with its PS established (a PS loss now restarts the chief)."""
+    if kind == "tfjob":
+        return peer.all_running(bench.api, ns)
+    return kind == "floor" or _all_phase(bench, ns, "Running", established)
+
+
+def _requests(bench: Bench, kind: str) -> measure.Requests:
+    account = bench.accounts.get(kind)
+    return measure.requests(bench.kubeconfig, account) if account else measure.Requests(0, 0)
+
+
 def burst(bench: Bench, kind: str, jobs: int) -> dict[str, Any]:
     """`jobs` jobs created at once: seconds from the start of the burst to each job's pods all Running."""
     ns = namespace(bench, kind)
     names = [f"b{i}" for i in range(jobs)]
-    factory = create_ours if kind == "ours" else create_floor
     try:
-        with PodWatch(bench.api, ns, pods_per_job=7) as pods:
-            before = measure.operator_requests(bench.kubeconfig)
+        with PodWatch(bench.api, ns, pods_per_job=7, labels=LABELS[kind]) as pods:
+            before = _requests(bench, kind)
             started = time.monotonic()
-            create_all(names, factory(bench, ns, 2, 4))
+            create_all(names, FACTORIES[kind](bench, ns, 2, 4))
             done = pods.wait_all_running(names, TIMEOUT)
-            # Ours: what the operator wrote until then, and its later status writes (Running).
-            if kind == "ours":
-                wait_for(
-                    lambda: _all_phase(bench, ns, "Running"), timeout=TIMEOUT, interval=1.0, message="Running"
-                )
-            requests = measure.operator_requests(bench.kubeconfig) - before
+            # An operator's requests until then, and its later status writes (Running).
+            wait_for(lambda: settled(bench, kind, ns), timeout=TIMEOUT, interval=1.0, message="Running")
+            requests = _requests(bench, kind) - before
     finally:
         delete_namespace(bench, ns)
+    counted = kind in bench.accounts
     return {
         "seconds": [done[n] - started for n in names],
-        "writes_per_job": requests.writes / jobs if kind == "ours" else None,
-        "requests_per_job": requests.total / jobs if kind == "ours" else None,
+        "writes_per_job": requests.writes / jobs if counted else None,
+        "requests_per_job": requests.total / jobs if counted else None,
     }
 
 
@@ -158,17 +184,17 @@ class RunningJobs:
     requests: measure.Requests  # the operator's, counted by the API server until then
 
 
-def start_running(bench: Bench, kind: str, jobs: int, ps: int, workers: int) -> RunningJobs:
-    """A namespace with `jobs` jobs whose every PS ran with the chief (a PS loss now restarts it).
-    The caller closes `pods` and deletes the namespace."""
-    ns = namespace(bench, kind)
+def start_running(bench: Bench, kind: str, purpose: str, jobs: int, ps: int, workers: int) -> RunningJobs:
+    """A namespace with `jobs` jobs of `kind` all Running (ours: every PS ran with the chief, so a
+    PS loss now restarts it). The caller closes `pods` and deletes the namespace."""
+    ns = namespace(bench, f"{kind}-{purpose}")
     names = [f"j{i}" for i in range(jobs)]
-    pods = PodWatch(bench.api, ns, pods_per_job=1 + ps + workers).__enter__()
-    requests, started = measure.operator_requests(bench.kubeconfig), time.monotonic()
-    create_all(names, create_ours(bench, ns, ps, workers))
+    pods = PodWatch(bench.api, ns, pods_per_job=1 + ps + workers, labels=LABELS[kind]).__enter__()
+    requests, started = _requests(bench, kind), time.monotonic()
+    create_all(names, FACTORIES[kind](bench, ns, ps, workers))
     pods.wait_all_running(names, TIMEOUT)
-    wait_for(lambda: _all_phase(bench, ns, "Running", established=True), timeout=TIMEOUT, interval=1.0,
-             message="jobs Running with their PS established")  # fmt: skip
+    wait_for(lambda: settled(bench, kind, ns, established=True), timeout=TIMEOUT, interval=1.0,
+             message="jobs Running (ours: with their PS established)")  # fmt: skip
     return RunningJobs(ns, names, pods, started, requests)
 
 
@@ -191,14 +217,28 @@ def fail_ps(bench: Bench, ns: str, names: list[str]) -> dict[str, float]:
     return failed_at
 
 
-def recovery(bench: Bench, jobs: int) -> dict[str, Any]:
-    running = start_running(bench, "ours-recovery", jobs, 2, 4)
+def recovery(bench: Bench, kind: str, jobs: int) -> dict[str, Any]:
+    """PS 0 of each of `jobs` Running jobs fails at once. Ours: failure -> new chief pod, and where
+    that time goes. Both: failure -> a replacement PS 0 Running, and how many jobs had their chief
+    restarted (ours restarts every one; the peer has no PS-aware recovery: it is given
+    OBSERVE_SECONDS more to show one)."""
+    running = start_running(bench, kind, "recovery", jobs, 2, 4)
+    names, pods = running.names, running.pods
     try:
-        injected = fail_ps(bench, running.namespace, running.names)
-        chiefs = running.pods.wait_chiefs(running.names, attempt=1, timeout=TIMEOUT)
+        before = set(pods.seen)
+        injected = fail_ps(bench, running.namespace, names)
+        result: dict[str, Any] = {}
+        if kind == "ours":
+            chiefs = pods.wait_chiefs(names, attempt=1, timeout=TIMEOUT)
+            result = {"seconds": [chiefs[n] - injected[n] for n in names], **_stages(pods, injected)}
+        replaced = pods.wait_replaced(before, {n: f"{n}-ps-0" for n in names}, TIMEOUT)
+        if kind != "ours":
+            time.sleep(OBSERVE_SECONDS)
+        restarted = set(pods.new_pods(before, "chief")) | {job for job, _ in pods.chief_deleting_at}
     finally:
         stop(bench, running)
-    return {"seconds": [chiefs[n] - injected[n] for n in running.names], **_stages(running.pods, injected)}
+    ps_seconds = [replaced[n] - injected[n] for n in names]
+    return {**result, "ps_replaced_seconds": ps_seconds, "chiefs_restarted": len(restarted), "jobs": jobs}
 
 
 def _stages(pods: PodWatch, injected: dict[str, float]) -> dict[str, list[float]]:
@@ -226,7 +266,7 @@ def chief_addresses(bench: Bench, ns: str) -> list[str]:
 def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
     """`jobs` Running jobs left alone, first with no progress endpoint (as on KWOK), then with chiefs
     that report a step that moves at every poll: what the operator costs at rest and in training."""
-    running = start_running(bench, "ours-steady", jobs, 2, 4)
+    running = start_running(bench, "ours", "steady", jobs, 2, 4)
     try:
         time.sleep(15)  # the last status writes of start-up
         idle = _window(bench, jobs, seconds, None)
@@ -242,10 +282,10 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
 def _window(bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | None) -> dict[str, float]:
     pid = bench.operator.pid
     assert pid is not None
-    requests, cpu = measure.operator_requests(bench.kubeconfig), measure.cpu_seconds(pid)
+    requests, cpu = _requests(bench, "ours"), measure.cpu_seconds(pid)
     count, fetches = measure.reconciles(bench.metrics_port), progress.requests if progress else 0
     time.sleep(seconds)
-    requests = measure.operator_requests(bench.kubeconfig) - requests
+    requests = _requests(bench, "ours") - requests
     per_job_minute = 60 / seconds / jobs
     return {
         "rss_mib": rss_mib(pid) or 0.0,
@@ -263,7 +303,7 @@ def big(bench: Bench, ps: int, workers: int) -> dict[str, Any]:
     pid = bench.operator.pid
     assert pid is not None
     with measure.PeakRss(pid) as rss:
-        running = start_running(bench, "ours-big", 1, ps, workers)
+        running = start_running(bench, "ours", "big", 1, ps, workers)
         name = running.names[0]
         try:
             startup = running.pods.all_running_at[name] - running.started
@@ -298,7 +338,7 @@ def _finish(bench: Bench, ns: str) -> None:
 def lifecycle(bench: Bench, jobs: int) -> dict[str, Any]:
     """`jobs` jobs from creation to deletion: Running with their PS established, every chief exits
     0, Succeeded, deleted. The operator's API requests per job over the whole lifecycle."""
-    running = start_running(bench, "ours-lifecycle", jobs, 2, 4)
+    running = start_running(bench, "ours", "lifecycle", jobs, 2, 4)
     custom = client.CustomObjectsApi(bench.api)
     try:
         _finish(bench, running.namespace)
@@ -311,7 +351,7 @@ def lifecycle(bench: Bench, jobs: int) -> dict[str, Any]:
         )
         wait_for(lambda: not _pods(bench, running.namespace, psjobs.LABEL_JOB), timeout=TIMEOUT,
                  interval=1.0, message="the jobs' pods gone")  # fmt: skip
-        requests = measure.operator_requests(bench.kubeconfig) - running.requests
+        requests = _requests(bench, "ours") - running.requests
     finally:
         stop(bench, running)
     return {"writes_per_job": requests.writes / jobs, "requests_per_job": requests.total / jobs}

@@ -4,6 +4,9 @@
 # (kube-network-policies, where the kernel has what it needs), helm, and prometheus and promtool (the metrics, alert and dashboard
 # tests) from the Go module proxy into a cache outside the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
+# `build.sh training-operator` builds only Kubeflow's training-operator v1, the benchmark's peer
+# (`python -m e2e.bench` calls it when the tfjob kind is chosen); the default target, which CI runs,
+# does not build it.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -14,6 +17,8 @@ COREDNS_VERSION="${COREDNS_VERSION:-v1.14.7}"
 # The Go module of Prometheus 3.x.y is tagged v0.3xx.y: v0.316.0 is Prometheus 3.16.0.
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 NETWORK_POLICIES_VERSION="${NETWORK_POLICIES_VERSION:-v0.8.0}"
+# The only version the Go module proxy serves under this path (no v1.9.x).
+TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-v1.8.1}"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
@@ -117,7 +122,25 @@ build_network_policies() {
   mark "$name" "$version"
 }
 
+# Kubeflow's training-operator: its main package is .../cmd/training-operator.v1, which `go install`
+# names "training-operator.v1". Its go.mod has no replace directives, so no wrapper module.
+build_training_operator() {
+  local name=training-operator version=$TRAINING_OPERATOR_VERSION
+  have "$name" "$version" && { log "$name $version: cached"; return; }
+  local dir="$WORK/$name-$version"
+  mkdir -p "$dir"
+  log "$name $version: building (a few minutes on 2 cores)"
+  GOBIN="$dir" go install -trimpath -ldflags "-s -w" \
+    "github.com/kubeflow/training-operator/cmd/training-operator.v1@$version"
+  mv "$dir/training-operator.v1" "$BIN/$name"
+  mark "$name" "$version"
+}
+
 log "cache: $BIN"
+if [ "${1:-}" = training-operator ]; then
+  build_training_operator
+  exit 0
+fi
 build_etcd
 build_installable kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
 build_installable kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
