@@ -66,7 +66,7 @@ from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
 from psoperator.readings import read_job
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
-from psoperator.render import render_children
+from psoperator.render import RenderOptions, render_children
 from psoperator.render.names import LABEL_JOB
 from psoperator.vocabulary import FINISHED_PHASES, Phase
 
@@ -129,6 +129,8 @@ class OperatorState:
     elector: Elector | None = None
     election_task: asyncio.Task[None] | None = None
     known: dict[tuple[str, str], tuple[Any, contextvars.Context]] = field(default_factory=dict)
+    # Job uid -> ((resourceVersion, options), children): the last rendering of each job (_render).
+    rendered: dict[str, tuple[tuple[str, RenderOptions], list[Obj]]] = field(default_factory=dict)
 
     @property
     def leading(self) -> bool:
@@ -264,6 +266,7 @@ async def job_changed(
         state.known.pop(key, None)
         await _stop_loop(state, key)
         state.cache.forget(key)
+        state.rendered.pop(str(body.metadata.get("uid")), None)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
     state.known[key] = (logger, contextvars.copy_context())
@@ -402,6 +405,19 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
     return _with_nodes(state, observed)
 
 
+def _render(state: OperatorState, job: Obj, options: RenderOptions) -> list[Obj]:
+    """The job's children rendered, or the same as last time for the same version of the job and
+    the same options: a Running job's reconciles render nothing (rendering is most of their CPU)."""
+    meta = job["metadata"]
+    key = (meta["resourceVersion"], options)
+    last = state.rendered.get(meta["uid"])
+    if last is not None and last[0] == key:
+        return last[1]
+    desired = render_children(job, options)
+    state.rendered[meta["uid"]] = (key, desired)
+    return desired
+
+
 async def _decide(
     state: OperatorState, seen: Snapshot, fresh: bool, report: ProgressReport | None = None
 ) -> Decision:
@@ -420,7 +436,7 @@ async def _decide(
     )
     if plan.render is None:
         return Decision(plan, report, [], [], [], now)
-    desired = render_children(job, plan.render)
+    desired = _render(state, job, plan.render)
     changes, result = plan_children(
         job["metadata"]["uid"],
         desired,

@@ -15,8 +15,10 @@ from psoperator import GROUP, handlers
 from psoperator.metrics import Metrics
 from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
+from psoperator.render import RenderOptions
 from psoperator.render.names import LABEL_JOB
 from psoperator.vocabulary import Phase
+from tests.unit import builders
 from tests.unit.test_kube import RecordingKube
 
 
@@ -295,3 +297,14 @@ def test_an_unexpected_error_is_logged_with_its_traceback(caplog: pytest.LogCapt
         except KeyError as error:
             handlers.log_failure(logger, error, 1)
     assert caplog.records[0].levelname == "ERROR" and caplog.records[0].exc_info is not None
+
+
+def test_a_job_is_rendered_again_only_for_a_new_version_or_new_options() -> None:
+    state = handlers.OperatorState(RecordingKube(), Metrics())
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    first = handlers._render(state, job, RenderOptions())
+    assert handlers._render(state, job, RenderOptions()) is first
+    again = handlers._render(state, job, RenderOptions(attempt=1))
+    assert again is not first and again != first
+    newer = job | {"metadata": {**job["metadata"], "resourceVersion": "8"}}
+    assert handlers._render(state, newer, RenderOptions(attempt=1)) is not again
