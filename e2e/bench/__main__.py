@@ -192,7 +192,7 @@ def main() -> int:
     operator_kubeconfig = chart_account_kubeconfig(kubeconfig, api, "psoperator", workdir / "kubeconfig")
     accounts = {"ours": _our_account(api)}
     busiest = max(sizes.burst_jobs * 7, sizes.steady_jobs * 7, 1 + sizes.big_ps + sizes.big_workers)
-    measure.add_nodes(api, busiest)
+    nodes = measure.add_nodes(api, busiest)
     metrics_port = free_port()
     operator = OperatorProcess(
         operator_kubeconfig, "bench-ours-*", workdir / "operator.log", ["--metrics-port", str(metrics_port)]
@@ -212,6 +212,7 @@ def main() -> int:
         for process in processes:
             process.stop()
             print(f"log: {process.log_path}")
+        measure.remove_nodes(api, nodes)
     print("\n".join(table(results)))
     args.json.write_text(json.dumps(results, indent=1))
     print(f"written: {args.json}")

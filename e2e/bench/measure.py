@@ -169,3 +169,14 @@ def add_nodes(api: client.ApiClient, pods: int) -> int:
 
     wait_for(lambda: all(ready(f"bench-{i}") for i in range(count)), timeout=60, message="bench nodes Ready")
     return count
+
+
+def remove_nodes(api: client.ApiClient, count: int) -> None:
+    """The nodes add_nodes added: the cluster is left as the tests expect it (only its own nodes)."""
+    core = client.CoreV1Api(api)
+    for i in range(count):
+        try:
+            core.delete_node(f"bench-{i}")
+        except ApiException as error:
+            if error.status != 404:
+                raise
