@@ -263,9 +263,13 @@ def _stages(pods: PodWatch, injected: dict[str, float]) -> dict[str, list[float]
     }
 
 
+def _pods(bench: Bench, ns: str, selector: str) -> list[Any]:
+    return list(client.CoreV1Api(bench.api).list_namespaced_pod(ns, label_selector=selector).items)
+
+
 def chief_addresses(bench: Bench, ns: str) -> list[str]:
-    listed = client.CoreV1Api(bench.api).list_namespaced_pod(ns, label_selector=f"{psjobs.LABEL_ROLE}=chief")
-    return [str(p.status.pod_ip) for p in listed.items if p.status and p.status.pod_ip]
+    chiefs = _pods(bench, ns, f"{psjobs.LABEL_ROLE}=chief")
+    return [str(p.status.pod_ip) for p in chiefs if p.status and p.status.pod_ip]
 
 
 def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
@@ -320,10 +324,6 @@ def big(bench: Bench, ps: int, workers: int) -> dict[str, Any]:
             stop(bench, running)
     stages = {k: v[0] for k, v in _stages(running.pods, injected).items() if v}
     return {"startup_seconds": startup, "recovery_seconds": recovered, "peak_rss_mib": rss.peak, **stages}
-
-
-def _pods(bench: Bench, ns: str, selector: str) -> list[Any]:
-    return list(client.CoreV1Api(bench.api).list_namespaced_pod(ns, label_selector=selector).items)
 
 
 def _finish(bench: Bench, ns: str) -> None:

@@ -56,7 +56,6 @@ def running_phase(spec: PSTrainingJobSpec, observed: Observed, attempt: int, res
     if not observed.children:
         return Phase.PENDING
     chief = observed.chief_pod(attempt)
-    completed = chief is not None and chief.phase == "Succeeded" and _ps_up(spec, observed)
-    if completed or chief_and_ps_run(spec, observed, attempt):
+    if chief is not None and (chief.running or chief.phase == "Succeeded") and _ps_up(spec, observed):
         return Phase.RUNNING
     return Phase.RESTARTING if restarting else Phase.CREATING
