@@ -29,6 +29,14 @@ class KopfOptions:
 _KOPF_LOGGING = ("verbose", "debug", "quiet", "log_format", "log_refkey", "log_prefix")
 
 
+def _positive(text: str) -> float:
+    """An argparse type: a number above zero."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above zero")
+    return value
+
+
 def kopf_options(argv: Sequence[str]) -> KopfOptions:
     """Parse the flags `psoperator run` does not know with `kopf run`'s own parser.
 
@@ -87,6 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         cluster_domain=args.cluster_domain,
         operator_namespace=args.operator_namespace or None,
         resync_seconds=args.resync_seconds,
+        resyncs_per_second=args.resyncs_per_second,
         progress_port=args.progress_port,
         faults=faults,
     )
@@ -216,9 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--resync-seconds",
-        type=float,
+        type=_positive,
         default=10.0,
         help="reconcile every job at least this often (progress polling)",
+    )
+    run.add_argument(
+        "--resyncs-per-second",
+        type=_positive,
+        default=20.0,
+        help=(
+            "at most this many unwoken reconciles a second across all jobs: with more jobs than "
+            "--resync-seconds times this, each job's resync (and progress poll) stretches to fit"
+        ),
     )
     run.add_argument(
         "--api-timeout-seconds",

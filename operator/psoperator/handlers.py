@@ -111,6 +111,10 @@ class OperatorState:
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
     resync_seconds: float = 10.0
+    # The unwoken reconciles of all jobs together, at most, on average: with more than
+    # resync_seconds times this many jobs, every job's resync stretches (1,000 jobs at 20: every 50 s).
+    # Events still wake a job at once; a plan's own timer (a TTL, a deadline) still comes on time.
+    resyncs_per_second: float = 20.0
     # Finished and suspended jobs: only their TTL and a resume need them, and both wake them.
     idle_resync_seconds: float = 300.0
     # The longest a job goes without a fresh read of its children (see cache.py).
@@ -541,12 +545,12 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
 
 
 def resync_after(state: OperatorState, plan: ReconcilePlan | None) -> float:
-    """When to look at the job again unwoken: soon while it runs, rarely once it has finished or is
-    suspended, sooner when the plan asks (a TTL, a deadline, an old chief stopping); jittered."""
+    """When to look at the job again unwoken: soon while it runs (later when there are so many jobs
+    that resyncs_per_second would be passed), rarely once it has finished or is suspended, sooner
+    when the plan asks (a TTL, a deadline, an old chief stopping); jittered."""
     idle = plan is not None and plan.status.get("phase") in (*FINISHED_PHASES, Phase.SUSPENDED)
-    wait = (state.idle_resync_seconds if idle else state.resync_seconds) * random.uniform(
-        1 - JITTER, 1 + JITTER
-    )
+    running = max(state.resync_seconds, len(state.loops) / state.resyncs_per_second)
+    wait = (state.idle_resync_seconds if idle else running) * random.uniform(1 - JITTER, 1 + JITTER)
     if plan is not None and plan.requeue_after is not None:
         wait = min(wait, max(plan.requeue_after, 0.5))
     return wait

@@ -148,3 +148,12 @@ def test_the_real_command_accepts_the_charts_arguments(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "usage:" not in done.stderr and "kube-config" in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--resync-seconds", "--resyncs-per-second"])
+def test_a_resync_pace_must_be_above_zero(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert getattr(parse_args(["run", flag, "2.5"]), flag.lstrip("-").replace("-", "_")) == 2.5
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["run", flag, "0"])
+    assert exit_info.value.code == 2
+    assert "0 is not above zero" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -193,6 +194,17 @@ def test_finished_and_suspended_jobs_resync_rarely_and_every_timer_is_jittered()
     assert all(9 <= w <= 11 for w in running) and len(running) > 1
     assert all(270 <= w <= 330 for w in succeeded | suspended) and len(succeeded) > 1
     assert waits("Succeeded", requeue=42) == {42}  # the TTL comes first
+
+
+def test_with_many_jobs_the_resyncs_stretch_to_the_operators_pace() -> None:
+    """1,000 jobs at 20 resyncs a second: each every 50 s, not 10 (a plan's own timer still wins)."""
+    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=10, resyncs_per_second=20)
+    running = ReconcilePlan(status={"phase": "Running"}, render=None)
+    state.loops = {("ns", f"job-{i}"): None for i in range(100)}  # type: ignore[misc]
+    assert all(9 <= handlers.resync_after(state, running) <= 11 for _ in range(20))
+    state.loops = {("ns", f"job-{i}"): None for i in range(1000)}  # type: ignore[misc]
+    assert all(45 <= handlers.resync_after(state, running) <= 55 for _ in range(20))
+    assert handlers.resync_after(state, replace(running, requeue_after=3)) == 3
 
 
 def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
