@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from psoperator.observe import slim_child, slim_pod
+from psoperator.observe import slim_child, slim_job, slim_pod
 from psoperator.render.names import LABEL_JOB
 
 Obj = dict[str, Any]
@@ -64,7 +64,7 @@ class WatchCache:
         old = self.jobs.get(key)
         if old is not None and _version(body) and _version(body) < _version(old):
             return False  # the echo of a write whose response is stored already
-        self.jobs[key] = body
+        self.jobs[key] = slim_job(body)
         meta, before = body.get("metadata", {}), (old or {}).get("metadata", {})
         return (
             old is None or meta.get("generation") != before.get("generation") or "deletionTimestamp" in meta

@@ -131,13 +131,16 @@ class OperatorState:
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
     # With leader election (several replicas), only the Lease's holder runs the jobs' loops; the
-    # others keep the jobs the watch shows, to start their loops when they take over: with the
-    # job's logger and the context of its handler, where kopf's event posting lives (a loop started
-    # from the election's task without it fails at its first event).
+    # others keep the jobs the watch shows (with each one's logger), to start their loops when they
+    # take over.
     election: Election | None = None
     elector: Elector | None = None
     election_task: asyncio.Task[None] | None = None
-    known: dict[tuple[str, str], tuple[Any, contextvars.Context]] = field(default_factory=dict)
+    known: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
+    # posting (the operator's one queue; a loop without it fails at its first event). Not each job
+    # handler's own: that holds the event's whole job for as long as the loop runs.
+    context: contextvars.Context | None = None
     # Job uid -> ((resourceVersion, options), children): the last rendering of each job (_render).
     rendered: dict[str, tuple[tuple[str, RenderOptions], list[Obj]]] = field(default_factory=dict)
 
@@ -206,8 +209,7 @@ async def _lead(state: OperatorState) -> None:
     """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
     state.metrics.leader.set(1)
     for key in sorted(state.known):
-        logger, context = state.known[key]
-        _start_loop(state, key, logger, context)
+        _start_loop(state, key, state.known[key])
 
 
 async def _follow(state: OperatorState) -> None:
@@ -278,21 +280,22 @@ async def job_changed(
         state.rendered.pop(str(body.metadata.get("uid")), None)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
-    state.known[key] = (logger, contextvars.copy_context())
+    state.known[key] = logger
+    if state.context is None:
+        state.context = contextvars.copy_context()
     if state.leading:
         started = _start_loop(state, key, logger)
         if changed and not started:
             _wake(state, key)
 
 
-def _start_loop(
-    state: OperatorState, key: tuple[str, str], logger: Any, context: contextvars.Context | None = None
-) -> bool:
-    """Start the job's loop (in `context`, else the current one) unless it runs; True when this started it."""
+def _start_loop(state: OperatorState, key: tuple[str, str], logger: Any) -> bool:
+    """Start the job's loop (in a copy of `state.context`) unless it runs; True when this started it."""
     if key in state.loops:
         return False
     state.wakeups[key] = asyncio.Event()
     loop = run_job(state, *key, logger)
+    context = state.context.copy() if state.context is not None else None
     state.loops[key] = asyncio.create_task(loop, name="/".join(key), context=context)
     return True
 

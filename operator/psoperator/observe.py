@@ -368,13 +368,22 @@ _SLIM_METADATA = (
 )
 
 
+def _metadata(obj: Obj) -> Obj:
+    """The object's metadata without managedFields (which the operator never reads)."""
+    return {k: v for k, v in _dict(obj.get("metadata")).items() if k != "managedFields"}
+
+
+def slim_job(job: Obj) -> Obj:
+    """A PSTrainingJob as the operator keeps it: whole, but for its managedFields."""
+    return {**job, "metadata": _metadata(job)}
+
+
 def slim_child(obj: Obj) -> Obj:
     """What the operator reads of a child (Service, StatefulSet, Job, ConfigMap, NetworkPolicy): its
     kind, metadata (without managedFields), status and, of a Job, whether it is suspended. The spec
     (pod templates with TF_CONFIG) and a ConfigMap's data are left out: a child is compared with the
     rendered one by its hash annotation (kube.plan_children)."""
-    meta = {k: v for k, v in _dict(obj.get("metadata")).items() if k != "managedFields"}
-    kept: Obj = {"kind": obj.get("kind"), "metadata": meta, "status": _dict(obj.get("status"))}
+    kept: Obj = {"kind": obj.get("kind"), "metadata": _metadata(obj), "status": _dict(obj.get("status"))}
     if obj.get("kind") == "Job":
         kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}
     return kept

@@ -122,3 +122,13 @@ def test_the_watchs_echo_of_an_older_version_does_not_replace_a_stored_write() -
     assert snapshot is None  # no job yet: children are kept all the same
     [entry] = cache.children[(NS, "ctr")].values()
     assert entry.obj["metadata"]["resourceVersion"] == "12"
+
+
+def test_the_job_is_kept_without_its_managed_fields() -> None:
+    cache = WatchCache()
+    body = _job(1, 3, phase="Running")
+    body["metadata"]["managedFields"] = [{"manager": "ps-training-operator", "fieldsV1": {"f:status": {}}}]
+    cache.job_seen(NS, "ctr", body)
+    kept = cache.jobs[(NS, "ctr")]
+    assert "managedFields" not in kept["metadata"]
+    assert kept == {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "managedFields"}}
