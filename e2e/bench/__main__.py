@@ -68,7 +68,12 @@ def _row(label: str, value: str, note: str = "") -> str:
     return f"{label:<56} {value:<40} {note}"
 
 
-STAGES = ("inject_to_ps_failed", "ps_failed_to_chief_stopping", "chief_stopping_to_new_chief")
+STAGES = (
+    "inject_to_ps_failed",
+    "ps_failed_to_chief_stopping",
+    "chief_stopping_to_old_pods_gone",
+    "old_pods_gone_to_new_chief",
+)
 
 
 def _ratios(p: dict[str, dict[str, float]], q: str) -> str:
@@ -131,7 +136,7 @@ def _big_rows(sizes: dict[str, Any], b: dict[str, float]) -> list[str]:
             f"{b['recovery_seconds']:.2f}s; {b['peak_rss_mib']:.0f} MiB",
         ),
         _row(
-            "  inject -> PS Failed -> chief stopping -> new",
+            "  inject -> PS Failed -> chief stopping -> old pods gone -> new",
             " / ".join(f"{b.get(k, 0):.2f}s" for k in STAGES),
         ),
     ]

@@ -37,7 +37,7 @@ OURS = PodLabels(LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT)
 class PodWatch:
     """When each job first had `pods_per_job` pods Running, when a PS of it was first seen Failed,
     when its chief pods of an attempt were first seen being deleted, when each attempt appeared,
-    and each pod (by uid) and when it was first Running."""
+    and each pod (by uid) and when it was first Running and when it was deleted."""
 
     def __init__(
         self, api: client.ApiClient, namespace: str, pods_per_job: int, labels: PodLabels = OURS
@@ -50,6 +50,7 @@ class PodWatch:
         self.ps_failed_at: dict[str, float] = {}
         self.seen: dict[str, tuple[str, str, str]] = {}  # uid -> (job, role, name)
         self.running_at: dict[str, float] = {}  # uid -> first seen Running
+        self.deleted_at: dict[str, float] = {}  # uid -> its DELETED event
         self._response: Any = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"podwatch-{namespace}", daemon=True)
@@ -93,6 +94,8 @@ class PodWatch:
             pod.get("status", {}).get("phase"),
         )
         self.seen.setdefault(uid, (job, str(role), name))
+        if kind == "DELETED":
+            self.deleted_at[uid] = now
         if role == "chief":
             self.chief_seen_at.setdefault((job, attempt), now)
             if meta.get("deletionTimestamp"):

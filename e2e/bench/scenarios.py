@@ -248,19 +248,32 @@ def recovery(bench: Bench, kind: str, jobs: int) -> dict[str, Any]:
 
 def _stages(pods: PodWatch, injected: dict[str, float]) -> dict[str, list[float]]:
     """Where a recovery's time goes: KWOK failing the PS (inject -> PS Failed, as the watch shows
-    it), the operator deciding (-> the old chief pod asked to stop), and stopping the old chief
-    and starting the new one (KWOK, the operator's hold, the Job controller)."""
+    it), the operator deciding (-> the old chief pod asked to stop), KWOK and the controllers
+    removing the old chief and the recycled PS pods (-> the last of them deleted), and the operator
+    and the Job controller starting the new chief (-> its pod)."""
     failed, stopping = (
         pods.ps_failed_at,
         {job: t for (job, a), t in pods.chief_deleting_at.items() if a == "0"},
     )
     new = {job: t for (job, a), t in pods.chief_seen_at.items() if a == "1"}
     jobs = [j for j in injected if j in failed and j in stopping and j in new]
+    gone = {j: _last_gone(pods, j, stopping[j], new[j]) for j in jobs}
     return {
         "inject_to_ps_failed": [failed[j] - injected[j] for j in jobs],
         "ps_failed_to_chief_stopping": [stopping[j] - failed[j] for j in jobs],
-        "chief_stopping_to_new_chief": [new[j] - stopping[j] for j in jobs],
+        "chief_stopping_to_old_pods_gone": [gone[j] - stopping[j] for j in jobs],
+        "old_pods_gone_to_new_chief": [new[j] - gone[j] for j in jobs],
     }
+
+
+def _last_gone(pods: PodWatch, job: str, since: float, until: float) -> float:
+    """When the last chief or PS pod of `job` deleted between `since` and `until` went (`since`: none)."""
+    times = [
+        t
+        for uid, t in pods.deleted_at.items()
+        if pods.seen[uid][0] == job and pods.seen[uid][1] in ("chief", "ps") and since <= t <= until
+    ]
+    return max(times, default=since)
 
 
 def _pods(bench: Bench, ns: str, selector: str) -> list[Any]:
