@@ -401,14 +401,12 @@ class Kube:
 
     def _exists(self, namespace: str, change: ChildChange, result: ApplyResult) -> None:
         """A create answered 409: the child exists. It may be the job's own that the watch has not
-        shown yet (kept as written), or a stranger's of the same name (a conflict, left alone).
-        Listed by name, not read: the chart grants children's list, not get."""
+        shown yet (kept as written), or a stranger's of the same name (a conflict, left alone)."""
         kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
         owner = change.manifest["metadata"]["ownerReferences"][0]["uid"]
-        query = [("fieldSelector", f"metadata.name={name}")]
-        listed = self._call("GET", self._path(kind, namespace), query=query).get("items") or []
-        if listed and owned_by(listed[0], owner):
-            result.written.append({**listed[0], "kind": kind})
+        existing = self._get(self._path(kind, namespace, name))
+        if existing is not None and owned_by(existing, owner):
+            result.written.append({**existing, "kind": kind})
         else:
             result.conflicts.append(f"{kind}/{name}")
 

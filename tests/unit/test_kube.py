@@ -285,13 +285,11 @@ def test_a_create_that_exists_is_a_conflict_only_when_another_owns_it(owner: str
     kube = RecordingKube()
     kube.wire.statuses = [409, 200]
     existing = {"metadata": {"name": "ctr-chief", "ownerReferences": [{"uid": owner}]}}
-    kube.wire.answers = [{}, {"items": [existing]}]
+    kube.wire.answers = [{}, existing]
     result = kube.apply_children(NS, "job-uid", desired, _live(_without_chief(desired)))
-    # Listed by name: the chart grants the children's list and watch, not get.
     assert kube.calls == [
         ("POST", f"/apis/batch/v1/namespaces/{NS}/jobs"),
-        ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs"),
+        ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/ctr-chief"),
     ]
-    assert "fieldSelector=metadata.name%3Dctr-chief" in kube.wire.sent[1][1]
     assert result.conflicts == (["Job/ctr-chief"] if conflict else [])
     assert result.written == ([] if conflict else [{**existing, "kind": "Job"}])
