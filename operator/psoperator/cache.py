@@ -2,13 +2,11 @@
 
 kopf already streams every job and, through server-side label selectors (handlers.configure), only
 the children and pods that carry a job's label; the event handlers keep the latest version of each
-here, so a reconcile lists nothing. The operator's own creates and patches are kept as the API
-server answers them, before their watch events arrive. A reconcile that is about to act (create,
-patch or delete a child, delete a pod, restart the chief, emit an event) reads the job, its pods and
-its chief Jobs fresh from the API and decides again (handlers.reconcile_once): the watch may lag the
-API server by a few events, and the restart counter and the chief's attempt must be read where they
-were last written, or a restart could be made twice. Every `fresh_read_seconds` a full read (every
-kind of child) also adds what the watch has not delivered and drops what vanished unseen (a watch
+here, so a reconcile lists nothing. A reconcile that is about to act (create, patch or delete a
+child, delete a pod, restart the chief, emit an event) reads the job and its children fresh from the
+API and decides again (handlers.reconcile_once): the watch may lag the API server by a few events,
+and the restart counter must be read where it was last written, or a restart could be made twice.
+A fresh read also adds what the watch has not delivered yet and drops what vanished unseen (a watch
 that restarted after its history was compacted sends no DELETED for objects gone meanwhile).
 """
 
@@ -16,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,9 +85,7 @@ class WatchCache:
             store[owner].pop(key, None)
             if not store[owner]:
                 del store[owner]
-            return owner
-        entry = store[owner].get(key)
-        if entry is None or _version(kept) >= _version(entry.obj):  # not the echo of a stored write
+        else:
             store[owner][key] = _Entry(kept, time.monotonic())
         return owner
 
@@ -105,36 +100,22 @@ class WatchCache:
         children = [e.obj for e in self.children.get(key, {}).values()]
         return Snapshot(job, children, [e.obj for e in self.pods.get(key, {}).values()])
 
-    def read_fresh(
-        self,
-        key: JobKey,
-        job: Obj,
-        children: list[Obj],
-        pods: list[Obj],
-        started: float,
-        kinds: Collection[str] | None = None,
-    ) -> None:
+    def read_fresh(self, key: JobKey, job: Obj, children: list[Obj], pods: list[Obj], started: float) -> None:
         """A fresh read of the job (begun at `started`; its pods slimmed already, as Kube.list_pods
         does): add what the watch has not shown yet, drop what it last showed before the read began
-        and the read no longer found. `kinds`: the kinds of children that were read; None, all of
-        them (the job's full read, the one `read_at` records)."""
+        and the read no longer found."""
         self.job_seen(*key, job)
-        if kinds is None:
-            self.read_at[key] = started
+        self.read_at[key] = started
         slim = {(str(c["kind"]), _name(c)): slim_child(c) for c in children}
-        self._merge(self.children, key, slim, started, lambda child: kinds is None or child[0] in kinds)
-        self._merge(self.pods, key, {_name(p): p for p in pods}, started, lambda _: True)
+        self._merge(self.children, key, slim, started)
+        self._merge(self.pods, key, {_name(p): p for p in pods}, started)
 
     @staticmethod
     def _merge(
-        store: dict[JobKey, dict[Any, _Entry]],
-        key: JobKey,
-        listed: dict[Any, Obj],
-        started: float,
-        was_read: Callable[[Any], bool],
+        store: dict[JobKey, dict[Any, _Entry]], key: JobKey, listed: dict[Any, Obj], started: float
     ) -> None:
         entries = store[key]
-        for name in [n for n, e in entries.items() if n not in listed and e.seen < started and was_read(n)]:
+        for name in [n for n, e in entries.items() if n not in listed and e.seen < started]:
             del entries[name]
         for name, obj in listed.items():
             if name not in entries or _version(obj) > _version(entries[name].obj):

@@ -93,11 +93,6 @@ SETTLE_SECONDS = 0.05
 # this often; anything that acts (a restart, a child, an event) or a parameter server's tracking
 # (ReconcilePlan.write_now) writes at once.
 STATUS_SPACING_SECONDS = 5.0
-# What a reconcile about to act reads fresh besides the job and its pods: the chief's Jobs, whose
-# attempt a restart decides on. The other children come from the watch, which holds the operator's
-# own creates and patches as soon as their responses arrive (cache.py); one it has not shown yet is
-# created again, and the API server's 409 tells it from a stranger's object (Kube._change).
-ACT_READ = ("Job",)
 # How often a starting operator asks whether its CRD is served yet.
 CRD_POLL_SECONDS = 2.0
 
@@ -377,29 +372,19 @@ class Decision:
         return not (acts or plan.write_now or self.changes or self.conflicts)
 
 
-async def _read_fresh(state: OperatorState, key: JobKey, full: bool) -> Snapshot | None:
-    """The job, its pods and its children (`full`; else only its chief Jobs, ACT_READ) from the API
-    and into the cache; the other children from the cache. None once the job is gone."""
-    started, kinds = time.monotonic(), CHILD_KINDS if full else ACT_READ
+async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
+    """The job, its children and its pods from the API (and into the cache); None once it is gone."""
+    started = time.monotonic()
     job = await in_thread(state.kube.get_job, *key)
     if job is None:
         return None
     *listed, pods = await asyncio.gather(
-        *(in_thread(state.kube.list_children, *key, kind) for kind in kinds),
+        *(in_thread(state.kube.list_children, *key, kind) for kind in CHILD_KINDS),
         in_thread(state.kube.list_pods, *key, slim_pod),
     )
     children = [child for kind in listed for child in kind]
-    state.cache.read_fresh(key, job, children, pods, started, None if full else kinds)
-    cached = state.cache.snapshot(key)
-    kept = [c for c in cached.children if c["kind"] not in kinds] if cached is not None else []
-    return Snapshot(job, children + kept, pods)
-
-
-def _never_acted(job: Obj) -> bool:
-    """A job with no status yet: the operator writes one before it creates anything, so nothing of
-    the job's exists to be read. (A stale copy of a job that has one fails its status write with
-    StaleJob, and the job is read again.)"""
-    return not job.get("status")
+    state.cache.read_fresh(key, job, children, pods, started)
+    return Snapshot(job, children, pods)
 
 
 async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed:
@@ -472,18 +457,14 @@ async def _decide(
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
-    """Decide from the cache; read fresh and decide again before acting (ACT_READ), or when the
-    job's last full read is older than `fresh_read_seconds` (or it has none: a new loop), except a
-    new job, which is acted on from the cache (`_never_acted`)."""
+    """Decide from the cache; read fresh and decide again before acting, or when the job's last
+    fresh read is older than `fresh_read_seconds` (or it has none: a new loop)."""
     started = time.monotonic()
     key = (namespace, name)
     seen = state.cache.snapshot(key)
-    new = seen is not None and key not in state.cache.read_at and _never_acted(seen.job)
-    fresh = not new and (
-        seen is None or started - state.cache.read_at.get(key, -math.inf) >= state.fresh_read_seconds
-    )
+    fresh = seen is None or started - state.cache.read_at.get(key, -math.inf) >= state.fresh_read_seconds
     if fresh:
-        seen = await _read_fresh(state, key, full=True)
+        seen = await _read_fresh(state, key)
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await _decide(state, seen, fresh)
@@ -492,10 +473,8 @@ async def reconcile_once(
         wait = STATUS_SPACING_SECONDS - since_write
         requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
         return replace(decision.plan, requeue_after=requeue)
-    if new:
-        state.cache.read_at[key] = started  # from now on, the cache holds what the operator made
-    elif not fresh and not decision.quiet:
-        seen = await _read_fresh(state, key, full=False)
+    if not fresh and not decision.quiet:
+        seen = await _read_fresh(state, key)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None
         decision = await _decide(state, seen, True, decision.report)
@@ -539,8 +518,6 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
             )
         for ref in result.rejected:
             kopf.warn(job, reason="ChildRejected", message=ref)
-        for child in result.written:
-            state.cache.child_seen("MODIFIED", child)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
     for event in plan.events:
@@ -594,13 +571,13 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
             except StaleJob as stale:  # another writer got there first: read it again at once
                 logger.info("%s; reconciling it again", stale)
                 plan, wait = None, 0.0
-                state.cache.read_at[key] = -math.inf  # from the API, not from the watch, even a new job
+                state.cache.read_at.pop(key, None)  # from the API, not from the watch
             except Exception as error:  # one bad reconcile must not end the job's loop
                 failures += 1
                 log_failure(logger, error, failures)
                 state.metrics.reconciled("error", time.monotonic() - started)
                 plan, wait = None, retry_after(failures)
-                state.cache.read_at[key] = -math.inf  # the next one reads fresh
+                state.cache.read_at.pop(key, None)  # the next one reads fresh
             else:
                 if failures:
                     logger.info("reconcile succeeded again after %d failures", failures)

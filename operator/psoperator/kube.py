@@ -115,9 +115,6 @@ class ApplyResult:
     deleted: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
-    # The API server's answers to the creates and patches: the children as they now are, for the
-    # watch cache, which would otherwise lag the operator's own writes by their watch events.
-    written: list[Obj] = field(default_factory=list)
 
 
 def api_failure(error: BaseException) -> str | None:
@@ -384,46 +381,35 @@ class Kube:
             return
         try:
             if change.verb is ChildVerb.CREATE:
-                written = self._call("POST", self._path(kind, namespace), change.manifest)
+                self._call("POST", self._path(kind, namespace), change.manifest)
                 result.created.append(ref)
             else:
-                written = self._patch(self._path(kind, namespace, name), change.manifest)
+                self._patch(self._path(kind, namespace, name), change.manifest)
                 result.patched.append(ref)
-            result.written.append({**written, "kind": kind})
         except ApiException as error:
             if error.status == 409:
-                self._exists(namespace, change, result)
+                result.conflicts.append(ref)
             elif error.status == 422:
                 # A value the API server refuses; a Job's immutable fields are never sent (_patch).
                 result.rejected.append(f"{ref}: {_reason(error)}")
             else:
                 raise
 
-    def _exists(self, namespace: str, change: ChildChange, result: ApplyResult) -> None:
-        """A create answered 409: the child exists. It may be the job's own that the watch has not
-        shown yet (kept as written), or a stranger's of the same name (a conflict, left alone)."""
-        kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
-        owner = change.manifest["metadata"]["ownerReferences"][0]["uid"]
-        existing = self._get(self._path(kind, namespace, name))
-        if existing is not None and owned_by(existing, owner):
-            result.written.append({**existing, "kind": kind})
-        else:
-            result.conflicts.append(f"{kind}/{name}")
-
-    def _patch(self, path: str, manifest: Obj) -> Obj:
+    def _patch(self, path: str, manifest: Obj) -> None:
         if manifest["kind"] == "Job":
             # Only the fields a Job lets change, as a merge patch: an apply of the partial object
             # would remove the immutable fields it leaves out, and one of the whole is refused.
             # A dict: the client JSON-encodes bodies of JSON content types (a str would be sent as
             # a JSON string, which the API server refuses).
-            return self._call(
+            self._call(
                 "PATCH",
                 path,
                 changeable(manifest),
                 content_type="application/merge-patch+json",
                 query=[("fieldManager", FIELD_MANAGER)],
             )
-        return self._call(
+            return
+        self._call(
             "PATCH",
             path,
             json.dumps(manifest),

@@ -96,34 +96,6 @@ def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_
     assert cache.read_at[key] == started
 
 
-def test_a_partial_fresh_read_drops_only_children_of_the_kinds_it_read() -> None:
-    cache = WatchCache()
-    key = (NS, "ctr")
-    cache.job_seen(NS, "ctr", _job(1, 1))
-    for child in render_children(job()):
-        cache.child_seen("ADDED", child)
-    started = time.monotonic()
-    cache.read_fresh(key, _job(1, 2), [], [], started, kinds=("Job",))
-    snapshot = cache.snapshot(key)
-    assert snapshot is not None
-    kinds = {c["kind"] for c in snapshot.children}
-    assert "Job" not in kinds and {"Service", "StatefulSet"} <= kinds
-    assert key not in cache.read_at  # only a full read counts as the job's fresh read
-
-
-def test_the_watchs_echo_of_an_older_version_does_not_replace_a_stored_write() -> None:
-    cache = WatchCache()
-    [chief] = [c for c in render_children(job()) if c["kind"] == "Job"]
-    written = {**chief, "metadata": {**chief["metadata"], "resourceVersion": "12"}}
-    echo = {**chief, "metadata": {**chief["metadata"], "resourceVersion": "11"}}
-    cache.child_seen("MODIFIED", written)
-    cache.child_seen("MODIFIED", echo)
-    snapshot = cache.snapshot((NS, "ctr"))
-    assert snapshot is None  # no job yet: children are kept all the same
-    [entry] = cache.children[(NS, "ctr")].values()
-    assert entry.obj["metadata"]["resourceVersion"] == "12"
-
-
 def test_the_job_is_kept_without_its_managed_fields() -> None:
     cache = WatchCache()
     body = _job(1, 3, phase="Running")

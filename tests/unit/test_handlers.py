@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -333,61 +332,3 @@ def test_a_job_is_rendered_again_only_for_a_new_version_or_new_options() -> None
     assert again is not first and again != first
     newer = job | {"metadata": {**job["metadata"], "resourceVersion": "8"}}
     assert handlers._render(state, newer, RenderOptions(attempt=1)) is not again
-
-
-class _ReadCountingKube(RecordingKube):
-    """Records the reads a reconcile makes; the job's status write answers with the job written."""
-
-    def __init__(self, job: dict[str, Any]) -> None:
-        super().__init__()
-        self.job, self.reads = job, list[str]()
-
-    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
-        self.reads.append("job")
-        return self.job
-
-    def list_children(self, namespace: str, job_name: str, kind: str) -> list[dict[str, Any]]:
-        self.reads.append(kind)
-        return []
-
-    def list_pods(self, namespace: str, job_name: str, keep: Any = None) -> list[dict[str, Any]]:
-        self.reads.append("pods")
-        return []
-
-    def patch_job_status(self, namespace: str, name: str, patch: Any, resource_version: str) -> Any:
-        return self.job | {"status": patch}
-
-
-def _reconcile(state: handlers.OperatorState, job: dict[str, Any]) -> None:
-    meta = job["metadata"]
-    state.cache.job_seen(meta["namespace"], meta["name"], job)
-    with pytest.MonkeyPatch.context() as patch:  # kopf posts events only inside a running operator
-        for name in ("event", "info", "warn"):
-            patch.setattr(kopf, name, lambda *_, **__: None)
-        asyncio.run(handlers.reconcile_once(state, meta["namespace"], meta["name"], logging.getLogger("t")))
-
-
-def test_a_new_job_is_acted_on_from_the_watch_with_no_read() -> None:
-    """A job with no status has nothing of its own to read: its first reconcile writes the status
-    and creates the children straight away, and the next reconciles trust the cache."""
-    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
-    kube = _ReadCountingKube(job)
-    state = handlers.OperatorState(kube, Metrics())
-    _reconcile(state, job)
-    assert kube.reads == []
-    children = handlers._render(state, job, RenderOptions())
-    assert [method for method, _ in kube.calls].count("POST") == len(children)
-    assert (builders.NS, builders.JOB) in state.cache.read_at  # the cache holds what it made
-
-
-def test_a_job_about_to_act_reads_fresh_only_its_pods_and_chief_jobs() -> None:
-    """A job that has a status and a missing child: the reconcile that creates it reads the job, its
-    pods and its chief Jobs fresh, and takes its Services and StatefulSets from the watch."""
-    job = builders.with_status(builders.job(), phase="Creating", restarts=0)
-    job["metadata"]["resourceVersion"] = "7"
-    kube = _ReadCountingKube(job)
-    state = handlers.OperatorState(kube, Metrics())
-    state.cache.read_at[(builders.NS, builders.JOB)] = time.monotonic()  # a full read not long ago
-    _reconcile(state, job)
-    assert sorted(kube.reads) == sorted(["job", *handlers.ACT_READ, "pods"])
-    assert "POST" in [method for method, _ in kube.calls]

@@ -268,28 +268,3 @@ def test_pods_are_read_a_page_at_a_time_and_kept_as_each_page_arrives() -> None:
 )
 def test_a_failed_request_is_told_in_one_line_and_nothing_else_is(error: Exception, line: str | None) -> None:
     assert api_failure(error) == line
-
-
-def test_created_children_are_answered_as_written_for_the_cache() -> None:
-    desired = render_children(job())
-    kube = RecordingKube()
-    kube.wire.answers = [{"metadata": {"name": "ctr-chief", "resourceVersion": "9"}}]
-    result = kube.apply_children(NS, "job-uid", desired, _live(_without_chief(desired)))
-    assert result.written == [{"metadata": {"name": "ctr-chief", "resourceVersion": "9"}, "kind": "Job"}]
-
-
-@pytest.mark.parametrize(("owner", "conflict"), [("job-uid", False), ("someone-else", True)])
-def test_a_create_that_exists_is_a_conflict_only_when_another_owns_it(owner: str, conflict: bool) -> None:
-    """The watch may not have shown a child the job made yet: the 409 is checked against the owner."""
-    desired = render_children(job())
-    kube = RecordingKube()
-    kube.wire.statuses = [409, 200]
-    existing = {"metadata": {"name": "ctr-chief", "ownerReferences": [{"uid": owner}]}}
-    kube.wire.answers = [{}, existing]
-    result = kube.apply_children(NS, "job-uid", desired, _live(_without_chief(desired)))
-    assert kube.calls == [
-        ("POST", f"/apis/batch/v1/namespaces/{NS}/jobs"),
-        ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/ctr-chief"),
-    ]
-    assert result.conflicts == (["Job/ctr-chief"] if conflict else [])
-    assert result.written == ([] if conflict else [{**existing, "kind": "Job"}])
