@@ -44,6 +44,7 @@ from psoperator.kube import (
     Kube,
     StaleJob,
     api_failure,
+    children_fingerprint,
     fetch_progress,
     in_thread,
     merge_patch,
@@ -66,7 +67,7 @@ from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
 from psoperator.readings import read_job
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
-from psoperator.render import RenderOptions, render_children
+from psoperator.render import render_children
 from psoperator.render.names import LABEL_JOB
 from psoperator.vocabulary import FINISHED_PHASES, Phase
 
@@ -136,8 +137,8 @@ class OperatorState:
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.
     context: contextvars.Context | None = None
-    # Job uid -> ((resourceVersion, options), children): the last rendering of each job (_render).
-    rendered: dict[str, tuple[tuple[str, RenderOptions], list[Obj]]] = field(default_factory=dict)
+    # Job uid -> the inputs with which its children were last found as rendered (_in_sync).
+    in_sync: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @property
     def leading(self) -> bool:
@@ -272,7 +273,7 @@ async def job_changed(
         state.known.pop(key, None)
         await _stop_loop(state, key)
         state.cache.forget(key)
-        state.rendered.pop(str(body.metadata.get("uid")), None)
+        state.in_sync.pop(str(body.metadata.get("uid")), None)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
     state.known[key] = logger
@@ -359,7 +360,7 @@ def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
 class Decision:
     plan: ReconcilePlan
     report: ProgressReport | None
-    desired: list[Obj]  # the rendered children; none when none are wanted
+    desired: list[Obj]  # the rendered children; none when none are wanted or nothing is to change
     changes: list[ChildChange]
     conflicts: list[str]
     now: datetime
@@ -412,17 +413,12 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
     return _with_nodes(state, observed)
 
 
-def _render(state: OperatorState, job: Obj, options: RenderOptions) -> list[Obj]:
-    """The job's children rendered, or the same as last time for the same version of the job and
-    the same options: a Running job's reconciles render nothing (rendering is most of their CPU)."""
+def _sync_inputs(job: Obj, plan: ReconcilePlan, children: list[Obj]) -> tuple[Any, ...]:
+    """All that decides which children to change: the job's version and the render options (the
+    rendered children), the plan's flags and what plan_children reads of the observed children."""
     meta = job["metadata"]
-    key = (meta["resourceVersion"], options)
-    last = state.rendered.get(meta["uid"])
-    if last is not None and last[0] == key:
-        return last[1]
-    desired = render_children(job, options)
-    state.rendered[meta["uid"]] = (key, desired)
-    return desired
+    fingerprint = children_fingerprint(meta["uid"], children)
+    return (meta["resourceVersion"], plan.render, plan.create_missing, plan.hold_chief, fingerprint)
 
 
 async def _decide(
@@ -443,14 +439,19 @@ async def _decide(
     )
     if plan.render is None:
         return Decision(plan, report, [], [], [], now)
-    desired = _render(state, job, plan.render)
+    uid, inputs = job["metadata"]["uid"], _sync_inputs(job, plan, seen.children)
+    if state.in_sync.get(uid) == inputs:
+        # The same as when its children were last found as rendered: a Running job's reconciles
+        # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
+        return Decision(plan, report, [], [], [], now)
+    desired = render_children(job, plan.render)
     changes, result = plan_children(
-        job["metadata"]["uid"],
-        desired,
-        seen.children,
-        create_missing=plan.create_missing,
-        hold_chief=plan.hold_chief,
+        uid, desired, seen.children, create_missing=plan.create_missing, hold_chief=plan.hold_chief
     )
+    if changes or result.conflicts:
+        state.in_sync.pop(uid, None)
+    else:
+        state.in_sync[uid] = inputs
     return Decision(plan, report, desired, changes, result.conflicts, now)
 
 
@@ -502,7 +503,7 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
         return
     if plan.delete_pods:
         await in_thread(state.kube.delete_pods, namespace, plan.delete_pods)
-    if plan.render is not None:
+    if decision.changes or decision.conflicts:
         result = await in_thread(
             state.kube.apply_children,
             namespace,

@@ -201,6 +201,21 @@ def plan_children(
     return changes, result
 
 
+def children_fingerprint(owner_uid: str, observed: list[Obj]) -> frozenset[tuple[Any, ...]]:
+    """All that `plan_children` reads of the observed children: which exist, whether the job owns
+    each, its attempt and its hash. Their status, which changes often, is not in it."""
+    return frozenset(
+        (
+            o.get("kind"),
+            o["metadata"]["name"],
+            owned_by(o, owner_uid),
+            _attempt(o),
+            o["metadata"].get("annotations", {}).get(ANNOTATION_HASH),
+        )
+        for o in observed
+    )
+
+
 class Kube:
     def __init__(
         self,

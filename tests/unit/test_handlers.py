@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
 from dataclasses import replace
 from typing import Any
@@ -13,11 +14,14 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, handlers
+from psoperator.cache import Snapshot
+from psoperator.kube import ChildVerb
 from psoperator.metrics import Metrics
+from psoperator.observe import slim_child
 from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
-from psoperator.render import RenderOptions
-from psoperator.render.names import LABEL_JOB
+from psoperator.render import RenderOptions, render_children
+from psoperator.render.names import ANNOTATION_HASH, LABEL_JOB
 from psoperator.vocabulary import Phase
 from tests.unit import builders
 from tests.unit.test_kube import RecordingKube
@@ -323,12 +327,34 @@ def test_an_unexpected_error_is_logged_with_its_traceback(caplog: pytest.LogCapt
     assert caplog.records[0].levelname == "ERROR" and caplog.records[0].exc_info is not None
 
 
-def test_a_job_is_rendered_again_only_for_a_new_version_or_new_options() -> None:
+def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Running job's reconciles render nothing while its version, the plan and the children's
+    owners, attempts and hashes stay the same; nothing rendered is kept for it."""
+    renders: list[str] = []
+
+    def counting_render(job: Any, options: RenderOptions) -> list[Any]:
+        renders.append(job["metadata"]["resourceVersion"])
+        return render_children(job, options)
+
+    monkeypatch.setattr(handlers, "render_children", counting_render)
     state = handlers.OperatorState(RecordingKube(), Metrics())
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
-    first = handlers._render(state, job, RenderOptions())
-    assert handlers._render(state, job, RenderOptions()) is first
-    again = handlers._render(state, job, RenderOptions(attempt=1))
-    assert again is not first and again != first
+
+    def decide(seen_job: Any, children: list[Any]) -> handlers.Decision:
+        return asyncio.run(handlers._decide(state, Snapshot(seen_job, children, []), fresh=False))
+
+    assert decide(job, []).changes  # a new job: its children are to be created
+    created = [
+        slim_child(c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}})
+        for i, c in enumerate(render_children(job, RenderOptions()))
+    ]
+    assert not decide(job, created).changes and len(renders) == 2
+    assert not decide(job, created).changes and len(renders) == 2
+    assert all(not isinstance(v, list) for v in state.in_sync.values())
+    edited = copy.deepcopy(created)
+    edited[0]["metadata"]["annotations"][ANNOTATION_HASH] = "edited by hand"
+    assert [c.verb for c in decide(job, edited).changes] == [ChildVerb.PATCH] and len(renders) == 3
     newer = job | {"metadata": {**job["metadata"], "resourceVersion": "8"}}
-    assert handlers._render(state, newer, RenderOptions(attempt=1)) is not again
+    assert not decide(newer, created).changes and renders[-1] == "8"
