@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, handlers
 from psoperator.cache import Snapshot
-from psoperator.kube import ChildVerb
+from psoperator.kube import POD_PAGE, ChildVerb
 from psoperator.metrics import Metrics
 from psoperator.observe import slim_child
 from psoperator.readings import JobReading
@@ -39,6 +39,13 @@ def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> 
     """kopf takes off the configured finalizer from a job when no handler needs one any more."""
 
     assert _configured().persistence.finalizer == f"{GROUP}/finalizer"
+
+
+def test_kopf_lists_a_page_at_a_time_and_lets_idle_objects_go_soon() -> None:
+    """An operator restarted with 1,000 jobs must not hold every listed object whole at once."""
+    settings = _configured()
+    assert settings.watching.chunk_size == POD_PAGE
+    assert settings.queueing.idle_timeout <= 1.0
 
 
 def _configured() -> kopf.OperatorSettings:
