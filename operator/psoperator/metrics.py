@@ -202,9 +202,13 @@ class Metrics:
         self.api_errors.labels(verb, code).inc()
 
     def record(self, namespace: str, job: str, reading: JobReading) -> None:
-        """A job's reading after a reconcile whose status write succeeded."""
+        """A job's reading after a reconcile whose status write succeeded. Its gauges are set only
+        when it differs from the job's last reading (a Running job's reconciles mostly read the same)."""
+        last = self.readings.get((namespace, job))
         self.readings[(namespace, job)] = reading
         self._count(namespace, job, reading)
+        if reading == last:
+            return
         for phase in PHASES:
             self.phase.labels(namespace, job, phase).set(1 if phase == reading.phase else 0)
         for role, counts in reading.replicas.items():

@@ -110,6 +110,20 @@ def test_a_job_lifetime_reads_as_the_issue_asks() -> None:
     assert value(metrics, "psoperator_job_max_restarts", **job_labels) == 5  # the default
 
 
+def test_a_reading_like_the_last_sets_no_gauge_but_still_counts() -> None:
+    """A Running job's reconciles mostly read the same: its ~30 gauges are not set again each time."""
+    metrics = Metrics(clock=lambda: NOW.timestamp())
+    labels = {"namespace": "team-a", "psjob": "ctr"}
+    reading = JobReading(phase=Phase.RUNNING, step=10, restarted_reason="ParameterServerLost")
+    metrics.record("team-a", "ctr", reading)
+    metrics.step.labels("team-a", "ctr").set(-1)  # would be set back by a reading that sets its gauges
+    metrics.record("team-a", "ctr", reading)
+    assert value(metrics, "psoperator_job_step", **labels) == -1
+    assert value(metrics, "psoperator_jobs_restarted_total", reason="ParameterServerLost") == 2
+    metrics.record("team-a", "ctr", JobReading(phase=Phase.RUNNING, step=11))
+    assert value(metrics, "psoperator_job_step", **labels) == 11
+
+
 def test_500_jobs_created_and_deleted_leave_the_series_count_where_it_was() -> None:
     metrics = Metrics(clock=lambda: NOW.timestamp())
     _a_job_lifetime(metrics, "warm-up")  # the namespace's own counters exist from here on
