@@ -11,7 +11,8 @@ process: see peer.py):
 - recovery: N jobs Running, one PS failed in each at once: failure -> new chief pod (ours), failure
   -> a replacement PS Running and how many chiefs were restarted (ours and tfjob);
 - steady: N Running jobs for some time: the operator's RSS, CPU, API requests (counted by the API
-  server) and reconciles, per job per minute;
+  server) and reconciles, per job per minute; at rest, in training, and at rest after the operator
+  restarted (with its peak RSS from the restart until it had reconciled every job);
 - big: one job of P PS + W workers: create -> all pods Running, PS failure -> new chief pod, the
   operator's peak RSS;
 - lifecycle: N jobs created, Running, their chiefs exit 0, Succeeded, deleted: the operator's API

@@ -120,6 +120,9 @@ def _steady_rows(sizes: dict[str, Any], steady: dict[str, dict[str, float]]) -> 
     for window, s in steady.items():
         label = f"steady, {sizes['steady_jobs']} Running jobs, {window}, {sizes['steady_seconds']:.0f}s"
         lines.append(_row(f"{label}: RSS, CPU", f"{s['rss_mib']:.0f} MiB, {s['cpu_percent']:.1f}% of a core"))
+        if "peak_rss_mib" in s:
+            peak = f"{s['peak_rss_mib']:.0f} MiB"
+            lines.append(_row("  peak RSS from the restart until every job was reconciled", peak))
         requests = f"{s['requests_per_job_minute']:.2f} ({s['writes_per_job_minute']:.2f})"
         lines.append(_row("  per job per minute: API requests (writes)", requests))
         polls = f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}"

@@ -287,7 +287,8 @@ def chief_addresses(bench: Bench, ns: str) -> list[str]:
 
 def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
     """`jobs` Running jobs left alone, first with no progress endpoint (as on KWOK), then with chiefs
-    that report a step that moves at every poll: what the operator costs at rest and in training."""
+    that report a step that moves at every poll: what the operator costs at rest and in training;
+    then at rest again after the operator restarted (an upgrade, a rescheduled pod)."""
     running = start_running(bench, "ours", "steady", jobs, 2, 4)
     try:
         time.sleep(15)  # the last status writes of start-up
@@ -296,9 +297,25 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
             progress.serve(chief_addresses(bench, running.namespace))
             time.sleep(15)  # every job has polled once
             training = _window(bench, jobs, seconds, progress)
+        restarted = _restarted(bench, jobs, seconds)
     finally:
         stop(bench, running)
-    return {"idle": idle, "training": training}
+    return {"idle": idle, "training": training, "after a restart": restarted}
+
+
+def _restarted(bench: Bench, jobs: int, seconds: float) -> dict[str, float]:
+    """The operator stopped and started again on `jobs` Running jobs: its peak RSS until it has
+    reconciled every job once and 30 s more, then a window at rest."""
+    bench.operator.stop()
+    bench.operator.launch()
+    pid = bench.operator.pid
+    assert pid is not None
+    with measure.PeakRss(pid) as rss:
+        bench.operator.wait_live()
+        wait_for(lambda: measure.reconciles(bench.metrics_port) >= jobs, timeout=TIMEOUT, interval=1.0,
+                 message="every job reconciled after the restart")  # fmt: skip
+        time.sleep(30)
+    return {**_window(bench, jobs, seconds, None), "peak_rss_mib": rss.peak}
 
 
 def _window(bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | None) -> dict[str, float]:
