@@ -95,8 +95,6 @@ SETTLE_SECONDS = 0.05
 # this often; anything that acts (a restart, a child, an event) or a parameter server's tracking
 # (ReconcilePlan.write_now) writes at once.
 STATUS_SPACING_SECONDS = 5.0
-# How long kopf keeps an object's worker, and the object's last version with it, after its last event.
-WORKER_IDLE_SECONDS = 0.5
 # How often a starting operator asks whether its CRD is served yet.
 CRD_POLL_SECONDS = 2.0
 
@@ -170,13 +168,11 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     # kopf lists each watched kind before it watches, and hands every listed object to a worker of
-    # its own that keeps the object whole until it has handled it, then for idle_timeout more (5 s
-    # by default). Listed all at once, a restart with 1,000 jobs held every pod, child and job whole
-    # at the same time: RSS peaked at 640 MiB and stayed at 550 (the chart's limit is 512 MiB).
-    # Listed a page at a time, the next page comes only after the handlers had a turn; with the
-    # workers gone soon after, the same restart peaks at 250 MiB (README, Performance).
+    # its own that keeps the object whole until it has handled it. Listed all at once, a restart
+    # with 1,000 jobs held every pod, child and job whole at the same time: RSS peaked at 640 MiB and
+    # stayed at 550 (the chart's limit is 512 MiB). Listed a page at a time, the next page comes
+    # only after the handlers had a turn: the same restart peaks at 290 MiB (README, Performance).
     settings.watching.chunk_size = POD_PAGE
-    settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     settings.networking.request_timeout = _state(memo).kube.timeout
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
