@@ -169,9 +169,9 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.watching.server_timeout = 300
     # kopf lists each watched kind before it watches, and hands every listed object to a worker of
     # its own that keeps the object whole until it has handled it. Listed all at once, a restart
-    # with 1,000 jobs held every pod, child and job whole at the same time: RSS peaked at 640 MiB and
-    # stayed at 550 (the chart's limit is 512 MiB). Listed a page at a time, the next page comes
-    # only after the handlers had a turn: the same restart peaks at 290 MiB (README, Performance).
+    # with 1,000 jobs held every pod, child and job whole at the same time: RSS peaked at 620-640
+    # MiB and stayed near 590 (the chart's limit is 512 MiB). Listed a page at a time, the next page
+    # comes only after the handlers had a turn: the same restart peaks at 290-345 MiB (README).
     settings.watching.chunk_size = POD_PAGE
     settings.networking.request_timeout = _state(memo).kube.timeout
     for resource in (PODS, *CHILDREN):
