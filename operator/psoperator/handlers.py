@@ -40,7 +40,7 @@ from psoperator.faults import Fault, crash_at
 from psoperator.kube import (
     API_CONCURRENCY,
     CHILD_KINDS,
-    POD_PAGE,
+    LIST_PAGE,
     ChildChange,
     Kube,
     StaleJob,
@@ -138,7 +138,7 @@ class OperatorState:
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.
     context: contextvars.Context | None = None
-    # Job uid -> the inputs with which its children were last found as rendered (_in_sync).
+    # Job uid -> the inputs with which its children were last found as rendered (_sync_inputs).
     in_sync: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @property
@@ -172,7 +172,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     # with 1,000 jobs held every pod, child and job whole at the same time: RSS peaked at 620-640
     # MiB and stayed near 590 (the chart's limit is 512 MiB). Listed a page at a time, the next page
     # comes only after the handlers had a turn: the same restart peaks at 290-345 MiB (README).
-    settings.watching.chunk_size = POD_PAGE
+    settings.watching.chunk_size = LIST_PAGE
     settings.networking.request_timeout = _state(memo).kube.timeout
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
@@ -455,9 +455,7 @@ async def _decide(
     changes, result = plan_children(
         uid, desired, seen.children, create_missing=plan.create_missing, hold_chief=plan.hold_chief
     )
-    if changes or result.conflicts:
-        state.in_sync.pop(uid, None)
-    else:
+    if not changes and not result.conflicts:
         state.in_sync[uid] = inputs
     return Decision(plan, report, desired, changes, result.conflicts, now)
 

@@ -130,8 +130,9 @@ def api_failure(error: BaseException) -> str | None:
 # Seconds to connect: the whole timeout (a server that stops answering must not hold a job's
 # reconcile loop forever) is the operator's --api-timeout-seconds.
 CONNECT_TIMEOUT = 5.0
-# Pods per page of a fresh read (Kube.list_pods): the full objects of one page at most are held.
-POD_PAGE = 500
+# Objects a list asks for at a time, so that the full objects of one page at most are held: the pods
+# of a fresh read (Kube.list_pods) and kopf's listings before it watches (handlers.configure).
+LIST_PAGE = 500
 
 
 class ChildVerb(enum.Enum):
@@ -343,10 +344,10 @@ class Kube:
     def list_pods(
         self, namespace: str, job_name: str, keep: Callable[[Obj], Obj] = lambda pod: pod
     ) -> list[Obj]:
-        """The job's pods, read POD_PAGE at a time (one consistent list through `continue`), each
+        """The job's pods, read LIST_PAGE at a time (one consistent list through `continue`), each
         passed through `keep` (e.g. observe.slim_pod) before the next page is read: a fresh read of a
         5,000-task job never holds all its full pods at once."""
-        query = [("labelSelector", f"{LABEL_JOB}={job_name}"), ("limit", str(POD_PAGE))]
+        query = [("labelSelector", f"{LABEL_JOB}={job_name}"), ("limit", str(LIST_PAGE))]
         pods: list[Obj] = []
         token = None
         while True:
