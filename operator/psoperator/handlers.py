@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-from psoperator import GROUP, PLURAL, VERSION
+from psoperator import GROUP, PLURAL, VERSION, polling
 from psoperator.cache import JobKey, Snapshot, WatchCache
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
@@ -43,6 +43,7 @@ from psoperator.kube import (
     LIST_PAGE,
     ChildChange,
     Kube,
+    NotServing,
     StaleJob,
     api_failure,
     children_fingerprint,
@@ -140,6 +141,8 @@ class OperatorState:
     context: contextvars.Context | None = None
     # Job uid -> the inputs with which its children were last found as rendered (_sync_inputs).
     in_sync: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Job uid -> its chief's refusals of the progress port in a row (polling.py).
+    refusals: dict[str, polling.Refusals] = field(default_factory=dict)
 
     @property
     def leading(self) -> bool:
@@ -280,7 +283,9 @@ async def job_changed(
         state.known.pop(key, None)
         await _stop_loop(state, key)
         state.cache.forget(key)
-        state.in_sync.pop(str(body.metadata.get("uid")), None)
+        uid = str(body.metadata.get("uid"))
+        state.in_sync.pop(uid, None)
+        state.refusals.pop(uid, None)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
     state.known[key] = logger
@@ -343,15 +348,28 @@ async def child_changed(type: str, body: kopf.Body, memo: Any, **_: Any) -> None
     _wake(state, state.cache.child_seen(type, dict(body)))
 
 
-async def _progress(state: OperatorState, observed: Observed, attempt: int) -> ProgressReport | None:
+async def _progress(
+    state: OperatorState, uid: str, observed: Observed, attempt: int
+) -> ProgressReport | None:
+    """The chief's report: its termination message once it ended, else from its progress port
+    unless the port refused lately (polling.py)."""
     chief = observed.chief_pod(attempt)
     if chief is None:
         return None
     if chief.terminated is not None:  # the runtime's last word, as its termination message
         return ProgressReport.parse(chief.terminated.message)
-    if chief.running and chief.ip and state.session is not None:
-        return await fetch_progress(state.session, chief.ip, state.progress_port)
-    return None
+    if not (chief.running and chief.ip and state.session is not None):
+        return None
+    now = time.monotonic()
+    if not polling.due(state.refusals.get(uid), chief.uid, now):
+        return None
+    try:
+        report = await fetch_progress(state.session, chief.ip, state.progress_port)
+    except NotServing:
+        state.refusals[uid] = polling.refused(state.refusals.get(uid), chief.uid, now)
+        return None
+    state.refusals.pop(uid, None)
+    return report
 
 
 def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
@@ -434,7 +452,7 @@ async def _decide(
     job = seen.job
     observed = await _observe(state, seen, fresh)
     attempt = int((job.get("status") or {}).get("restarts") or 0)
-    report = report or await _progress(state, observed, attempt)
+    report = report or await _progress(state, job["metadata"]["uid"], observed, attempt)
     now = datetime.now(UTC)
     plan = plan_reconcile(
         job,

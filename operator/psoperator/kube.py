@@ -451,16 +451,23 @@ def _reason(error: ApiException) -> str:
         return str(error.reason)
 
 
+class NotServing(Exception):
+    """Nothing takes connections at the chief's progress port."""
+
+
 async def fetch_progress(
     session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
 ) -> ProgressReport | None:
-    """The chief's progress report; None when it cannot be had or makes no sense."""
+    """The chief's progress report; None when it cannot be had or makes no sense. Raises NotServing
+    when nothing takes the connection (refused, no route)."""
     url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 return None
             return ProgressReport.parse(await response.read())
+    except aiohttp.ClientConnectorError as error:
+        raise NotServing(url) from error
     except (aiohttp.ClientError, TimeoutError, OSError):
         return None
 

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import copy
+import http.server
 import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, handlers
 from psoperator.cache import Snapshot
+from psoperator.contract import PROGRESS_PATH
 from psoperator.kube import LIST_PAGE, ChildVerb
 from psoperator.metrics import Metrics
 from psoperator.observe import slim_child
@@ -365,3 +373,59 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
     assert [c.verb for c in decide(job, edited).changes] == [ChildVerb.PATCH] and len(renders) == 3
     newer = job | {"metadata": {**job["metadata"], "resourceVersion": "8"}}
     assert not decide(newer, created).changes and renders[-1] == "8"
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on (yet): a connection to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _answering(port: int, body: bytes) -> Iterator[list[str]]:
+    """Answers every GET on the loopback `port` with `body`; yields the paths asked for."""
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield hits
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() -> None:
+    """A plain TensorFlow image never serves progress: its chief is not asked at every reconcile.
+    Any answer, even a garbled one, ends the back-off."""
+    port = _free_port()
+    observed = builders.observed([builders.pod("chief", 0, attempt=0, ip="127.0.0.1")])
+
+    async def run() -> None:
+        state = handlers.OperatorState(RecordingKube(), Metrics(), progress_port=port)
+        state.session = aiohttp.ClientSession()
+        try:
+            assert await handlers._progress(state, "job-uid", observed, 0) is None
+            refusals = state.refusals["job-uid"]
+            assert refusals.count == 1
+            with _answering(port, b"not a report") as hits:
+                assert await handlers._progress(state, "job-uid", observed, 0) is None
+                assert hits == []  # its wait runs: not asked
+                state.refusals["job-uid"] = replace(refusals, until=time.monotonic())
+                assert await handlers._progress(state, "job-uid", observed, 0) is None
+                assert hits == [PROGRESS_PATH] and "job-uid" not in state.refusals
+        finally:
+            await state.session.close()
+
+    asyncio.run(run())
