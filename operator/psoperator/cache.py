@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from psoperator.observe import slim_child, slim_job, slim_pod
+from psoperator.observe import PodView, resource_version, slim_child, slim_job
 from psoperator.render.names import LABEL_JOB
 
 Obj = dict[str, Any]
@@ -26,24 +26,21 @@ ChildKey = tuple[str, str]  # (kind, name)
 
 
 def _version(obj: Obj) -> int:
-    """The object's resourceVersion as a number: etcd's revision, which every version of an object
-    and every write's response carries. The API contract calls it opaque, so a value that is not a
-    number orders as 0 (then the latest to arrive wins)."""
-    text = str(obj.get("metadata", {}).get("resourceVersion") or "")
-    return int(text) if text.isdigit() else 0
+    return resource_version(obj.get("metadata", {}))
 
 
 @dataclass
 class _Entry:
-    obj: Obj
+    obj: Any  # a slim child, or a pod's view
     seen: float  # time.monotonic() of its arrival
+    version: int  # observe.resource_version
 
 
 @dataclass
 class Snapshot:
     job: Obj
     children: list[Obj]  # with `kind` set on each
-    pods: list[Obj]  # slimmed (observe.slim_pod)
+    pods: list[PodView]
 
 
 @dataclass
@@ -68,13 +65,16 @@ class WatchCache:
         )
 
     def child_seen(self, event: str | None, body: Obj) -> JobKey | None:
-        return self._seen(self.children, event, body, (str(body.get("kind")), _name(body)), slim_child(body))
+        key = (str(body.get("kind")), _name(body))
+        kept = _Entry(slim_child(body), time.monotonic(), _version(body))
+        return self._seen(self.children, event, body, key, kept)
 
-    def pod_seen(self, event: str | None, body: Obj) -> JobKey | None:
-        return self._seen(self.pods, event, body, _name(body), slim_pod(body))
+    def pod_seen(self, event: str | None, body: Obj, view: PodView) -> JobKey | None:
+        """The pod `body`, as parsed (`view`: observe.parse_pod) by the watch's handler."""
+        return self._seen(self.pods, event, body, view.name, _Entry(view, time.monotonic(), view.version))
 
     def _seen(
-        self, store: dict[JobKey, dict[Any, _Entry]], event: str | None, body: Obj, key: Any, kept: Obj
+        self, store: dict[JobKey, dict[Any, _Entry]], event: str | None, body: Obj, key: Any, kept: _Entry
     ) -> JobKey | None:
         meta = body.get("metadata", {})
         job = meta.get("labels", {}).get(LABEL_JOB)
@@ -86,7 +86,7 @@ class WatchCache:
             if not store[owner]:
                 del store[owner]
         else:
-            store[owner][key] = _Entry(kept, time.monotonic())
+            store[owner][key] = kept
         return owner
 
     def forget(self, key: JobKey) -> None:
@@ -100,26 +100,28 @@ class WatchCache:
         children = [e.obj for e in self.children.get(key, {}).values()]
         return Snapshot(job, children, [e.obj for e in self.pods.get(key, {}).values()])
 
-    def read_fresh(self, key: JobKey, job: Obj, children: list[Obj], pods: list[Obj], started: float) -> None:
-        """A fresh read of the job (begun at `started`; its pods slimmed already, as Kube.list_pods
-        does): add what the watch has not shown yet, drop what it last showed before the read began
-        and the read no longer found."""
+    def read_fresh(
+        self, key: JobKey, job: Obj, children: list[Obj], pods: list[PodView], started: float
+    ) -> None:
+        """A fresh read of the job (begun at `started`; its pods parsed already): add what the watch
+        has not shown yet, drop what it last showed before the read began and the read no longer
+        found."""
         self.job_seen(*key, job)
         self.read_at[key] = started
-        slim = {(str(c["kind"]), _name(c)): slim_child(c) for c in children}
+        slim = {(str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c)) for c in children}
         self._merge(self.children, key, slim, started)
-        self._merge(self.pods, key, {_name(p): p for p in pods}, started)
+        self._merge(self.pods, key, {p.name: _Entry(p, started, p.version) for p in pods}, started)
 
     @staticmethod
     def _merge(
-        store: dict[JobKey, dict[Any, _Entry]], key: JobKey, listed: dict[Any, Obj], started: float
+        store: dict[JobKey, dict[Any, _Entry]], key: JobKey, listed: dict[Any, _Entry], started: float
     ) -> None:
         entries = store[key]
         for name in [n for n, e in entries.items() if n not in listed and e.seen < started]:
             del entries[name]
-        for name, obj in listed.items():
-            if name not in entries or _version(obj) > _version(entries[name].obj):
-                entries[name] = _Entry(obj, started)
+        for name, entry in listed.items():
+            if name not in entries or entry.version > entries[name].version:
+                entries[name] = entry
 
 
 def _name(obj: Obj) -> str:

@@ -63,7 +63,6 @@ from psoperator.observe import (
     owned_pods,
     parse_node,
     parse_pod,
-    slim_pod,
 )
 from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
@@ -335,7 +334,7 @@ async def pod_changed(type: str, body: kopf.Body, memo: Any, logger: Any, **_: A
     if type == "DELETED" or view.deleting or view.phase in ("Failed", "Succeeded"):
         state.remember_departed(view)
         logger.debug("pod %s (%s) ended: %s %s", view.name, view.uid, view.phase, view.disruption)
-    _wake(state, state.cache.pod_seen(type, dict(body)))
+    _wake(state, state.cache.pod_seen(type, dict(body), view))
 
 
 @kopf.on.event(*CHILDREN[0], labels={LABEL_JOB: kopf.PRESENT}, id="service-changed")
@@ -406,7 +405,7 @@ async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
         return None
     *listed, pods = await asyncio.gather(
         *(in_thread(state.kube.list_children, *key, kind) for kind in CHILD_KINDS),
-        in_thread(state.kube.list_pods, *key, slim_pod),
+        in_thread(state.kube.list_pods, *key, parse_pod),
     )
     children = [child for kind in listed for child in kind]
     state.cache.read_fresh(key, job, children, pods, started)
@@ -420,7 +419,7 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
     ours = [c for c in seen.children if owned_by(c, uid)]
     tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
 
-    def observe(listed: list[Obj]) -> Observed:
+    def observe(listed: list[PodView]) -> Observed:
         return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
 
     observed, key = observe(seen.pods), (job["metadata"]["namespace"], name)
@@ -432,7 +431,7 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
         await asyncio.sleep(UNEXPLAINED_WAIT)
         cached = state.cache.snapshot(key)
         pods = (
-            await in_thread(state.kube.list_pods, *key, slim_pod) if fresh or cached is None else cached.pods
+            await in_thread(state.kube.list_pods, *key, parse_pod) if fresh or cached is None else cached.pods
         )
         observed = observe(pods)
     return _with_nodes(state, observed)

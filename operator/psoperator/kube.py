@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import urllib3
@@ -27,6 +27,7 @@ from psoperator.render import changeable
 from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB
 
 Obj = dict[str, Any]
+Kept = TypeVar("Kept")
 FIELD_MANAGER = "ps-training-operator"
 log = logging.getLogger(__name__)
 
@@ -341,14 +342,12 @@ class Kube:
         listed = self._call("GET", self._path(kind, namespace), query=selector)
         return [{**item, "kind": kind} for item in listed.get("items", [])]
 
-    def list_pods(
-        self, namespace: str, job_name: str, keep: Callable[[Obj], Obj] = lambda pod: pod
-    ) -> list[Obj]:
+    def list_pods(self, namespace: str, job_name: str, keep: Callable[[Obj], Kept]) -> list[Kept]:
         """The job's pods, read LIST_PAGE at a time (one consistent list through `continue`), each
-        passed through `keep` (e.g. observe.slim_pod) before the next page is read: a fresh read of a
-        5,000-task job never holds all its full pods at once."""
+        passed through `keep` (e.g. observe.parse_pod) before the next page is read: a fresh read of
+        a 5,000-task job never holds all its full pods at once."""
         query = [("labelSelector", f"{LABEL_JOB}={job_name}"), ("limit", str(LIST_PAGE))]
-        pods: list[Obj] = []
+        pods: list[Kept] = []
         token = None
         while True:
             page = self._call(

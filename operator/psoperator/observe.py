@@ -14,7 +14,6 @@ from psoperator.contract import Role
 from psoperator.render.names import (
     ANNOTATION_TRAINER_CONTAINER,
     LABEL_ATTEMPT,
-    LABEL_JOB,
     LABEL_ROLE,
     child_name,
 )
@@ -93,8 +92,14 @@ def _unscheduled(conditions: list[Obj]) -> Unscheduled | None:
     )
 
 
-@dataclass(frozen=True)
+# An owner reference, as (kind, name, uid).
+OwnerRef = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
+    """What the operator reads of a pod: parsed once, when the watch or a fresh read delivers it."""
+
     name: str
     uid: str
     role: Role | None
@@ -120,6 +125,8 @@ class PodView:
     sidecar_restarts: dict[str, int] = field(default_factory=dict)
     unscheduled: Unscheduled | None = None  # the scheduler has not placed it yet, and says why
     node_lost: str | None = None  # set by the plan: why its node counts as lost (it is force-deleted)
+    owners: tuple[OwnerRef, ...] = ()
+    version: int = 0  # resource_version()
 
     @property
     def running(self) -> bool:
@@ -206,7 +213,21 @@ def parse_pod(pod: Obj) -> PodView:
         created=meta.get("creationTimestamp"),
         sidecar_restarts={str(s.get("name")): _int(s.get("restartCount")) or 0 for s in sidecars},
         unscheduled=_unscheduled(conditions),
+        owners=tuple(
+            (str(r.get("kind")), str(r.get("name")), str(r.get("uid")))
+            for r in _list(meta.get("ownerReferences"))
+            if isinstance(r, dict)
+        ),
+        version=resource_version(meta),
     )
+
+
+def resource_version(meta: Obj) -> int:
+    """The object's resourceVersion as a number: etcd's revision, which every version of an object
+    and every write's response carries. The API contract calls it opaque, so a value that is not a
+    number orders as 0 (then the latest to arrive wins)."""
+    text = str(meta.get("resourceVersion") or "")
+    return int(text) if text.isdigit() else 0
 
 
 def _deletion_asked(meta: Obj) -> str | None:
@@ -327,7 +348,7 @@ class Observed:
 
 
 def build_observed(
-    children: list[Obj], pods: list[Obj], job_name: str, departed: dict[str, PodView]
+    children: list[Obj], pods: list[PodView], job_name: str, departed: dict[str, PodView]
 ) -> Observed:
     """What one reconcile works from: the job's own children (kind set on each) and their pods."""
     chief_name = child_name(job_name, Role.CHIEF)
@@ -335,37 +356,24 @@ def build_observed(
         (parse_job(c) for c in children if c["kind"] == "Job" and c["metadata"]["name"] == chief_name), None
     )
     return Observed(
-        pods=[parse_pod(p) for p in pods],
+        pods=pods,
         chief_job=chief_job,
         children={(c["kind"], c["metadata"]["name"]): c for c in children},
         departed=departed,
     )
 
 
-def owned_pods(pods: list[Obj], owner_uids: set[str], job_name: str) -> list[Obj]:
+def owned_pods(pods: list[PodView], owner_uids: set[str], job_name: str) -> list[PodView]:
     """The pods of the job's own StatefulSets and Jobs (a pod that merely carries the labels is not),
     and the pods of its older chief Jobs: the old Job is deleted before its pod has stopped, and that
     pod must still be seen, so that a new chief waits for it."""
     chief_name = child_name(job_name, Role.CHIEF)
 
-    def ours(pod: Obj) -> bool:
-        refs = [r for r in _list(_dict(pod.get("metadata")).get("ownerReferences")) if isinstance(r, dict)]
-        older_chief = any(r.get("kind") == "Job" and r.get("name") == chief_name for r in refs)
-        return older_chief or any(r.get("uid") in owner_uids for r in refs)
+    def ours(pod: PodView) -> bool:
+        older_chief = any(kind == "Job" and name == chief_name for kind, name, _ in pod.owners)
+        return older_chief or any(uid in owner_uids for _, _, uid in pod.owners)
 
     return [p for p in pods if ours(p)]
-
-
-_SLIM_METADATA = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "ownerReferences",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "creationTimestamp",
-)
 
 
 def _metadata(obj: Obj) -> Obj:
@@ -387,43 +395,3 @@ def slim_child(obj: Obj) -> Obj:
     if obj.get("kind") == "Job":
         kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}
     return kept
-
-
-def slim_pod(pod: Obj) -> Obj:
-    """What `parse_pod` and `owned_pods` read of a pod, and nothing else: the operator keeps the
-    latest version of every pod of its jobs, whose full objects (environment, managedFields) are
-    many times larger."""
-    meta, spec = _dict(pod.get("metadata")), _dict(pod.get("spec"))
-    annotations = _dict(meta.get("annotations"))
-    trainer = annotations.get(ANNOTATION_TRAINER_CONTAINER)
-    return {
-        "metadata": {
-            **{k: meta[k] for k in _SLIM_METADATA if k in meta},
-            "labels": {k: v for k, v in _dict(meta.get("labels")).items() if k in _POD_LABELS},
-            "annotations": {ANNOTATION_TRAINER_CONTAINER: trainer} if trainer is not None else {},
-        },
-        "spec": {
-            "nodeName": spec.get("nodeName"),
-            "containers": [{"name": _dict(c).get("name")} for c in _list(spec.get("containers"))],
-        },
-        "status": _slim_pod_status(_dict(pod.get("status"))),
-    }
-
-
-_POD_LABELS = frozenset({LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, *_INDEX_LABELS})
-_POD_CONDITIONS = ("Ready", "DisruptionTarget", "PodScheduled")
-_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
-_CONTAINER_FIELDS = ("name", "restartCount", "state", "lastState")
-
-
-def _slim_pod_status(status: Obj) -> Obj:
-    """The pod's status as parse_pod reads it: no images, ids, probes' times or resources."""
-    conditions = [c for c in _list(status.get("conditions")) if _dict(c).get("type") in _POD_CONDITIONS]
-    return {
-        **{k: status[k] for k in ("phase", "podIP", "reason") if k in status},
-        "conditions": [{k: c[k] for k in _CONDITION_FIELDS if k in c} for c in conditions],
-        "containerStatuses": [
-            {k: c[k] for k in _CONTAINER_FIELDS if k in c}
-            for c in map(_dict, _list(status.get("containerStatuses")))
-        ],
-    }

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from psoperator.cache import WatchCache
+from psoperator.observe import parse_pod
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_JOB
 from tests.unit.builders import NS, job
@@ -35,6 +36,11 @@ def _pod(name: str, phase: str = "Running", version: int = 1) -> Obj:
     }
 
 
+def _seen(cache: WatchCache, event: str, body: Obj) -> tuple[str, str] | None:
+    """The pod as the watch's handler hands it over: with its parsed view."""
+    return cache.pod_seen(event, body, parse_pod(body))
+
+
 def test_the_operator_s_own_status_write_does_not_ask_for_a_reconcile() -> None:
     cache = WatchCache()
     assert cache.job_seen(NS, "ctr", _job(1, 10))  # new
@@ -55,18 +61,16 @@ def test_children_and_pods_come_from_events_and_go_with_deletion() -> None:
     cache.job_seen(NS, "ctr", _job(1, 1))
     for child in render_children(job()):
         assert cache.child_seen("ADDED", child) == (NS, "ctr")
-    assert cache.pod_seen("ADDED", _pod("ctr-ps-0")) == (NS, "ctr")
-    cache.pod_seen("MODIFIED", _pod("ctr-ps-0", "Failed", 2))
-    cache.pod_seen("ADDED", _pod("ctr-ps-1"))
-    cache.pod_seen("DELETED", _pod("ctr-ps-1"))
+    assert _seen(cache, "ADDED", _pod("ctr-ps-0")) == (NS, "ctr")
+    _seen(cache, "MODIFIED", _pod("ctr-ps-0", "Failed", 2))
+    _seen(cache, "ADDED", _pod("ctr-ps-1"))
+    _seen(cache, "DELETED", _pod("ctr-ps-1"))
     snapshot = cache.snapshot((NS, "ctr"))
     assert snapshot is not None
     rendered = {(c["kind"], c["metadata"]["name"]) for c in render_children(job())}
     assert {(c["kind"], c["metadata"]["name"]) for c in snapshot.children} == rendered
     [pod] = snapshot.pods
-    assert pod["status"]["phase"] == "Failed"
-    # Kept slim: what parse_pod reads, not the environment or managedFields.
-    assert pod["spec"]["containers"] == [{"name": "trainer"}] and "managedFields" not in pod["metadata"]
+    assert (pod.phase, pod.version) == ("Failed", 2)  # the latest version, kept as parsed
     cache.forget((NS, "ctr"))
     assert cache.snapshot((NS, "ctr")) is None and not cache.pods and not cache.children
 
@@ -75,22 +79,22 @@ def test_an_object_without_the_job_label_is_not_kept() -> None:
     cache = WatchCache()
     stranger = _pod("other")
     stranger["metadata"]["labels"] = {}
-    assert cache.pod_seen("ADDED", stranger) is None and not cache.pods
+    assert _seen(cache, "ADDED", stranger) is None and not cache.pods
 
 
 def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_unseen() -> None:
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
-    cache.pod_seen("ADDED", _pod("vanished"))  # its DELETED event was lost (a watch restarted)
-    cache.pod_seen("ADDED", _pod("ctr-ps-0", "Running", 5))
+    _seen(cache, "ADDED", _pod("vanished"))  # its DELETED event was lost (a watch restarted)
+    _seen(cache, "ADDED", _pod("ctr-ps-0", "Running", 5))
     started = time.monotonic()
-    cache.pod_seen("ADDED", _pod("after-the-read-began"))  # too new for the read to know
-    listed = [_pod("ctr-ps-0", "Pending", 3), _pod("not-watched-yet")]
+    _seen(cache, "ADDED", _pod("after-the-read-began"))  # too new for the read to know
+    listed = [parse_pod(_pod("ctr-ps-0", "Pending", 3)), parse_pod(_pod("not-watched-yet"))]
     cache.read_fresh(key, _job(1, 2), [], listed, started)
     snapshot = cache.snapshot(key)
     assert snapshot is not None
-    phases = {p["metadata"]["name"]: p["status"]["phase"] for p in snapshot.pods}
+    phases = {p.name: p.phase for p in snapshot.pods}
     # ctr-ps-0: the watch's version is newer than the listed one, and is kept.
     assert phases == {"ctr-ps-0": "Running", "after-the-read-began": "Running", "not-watched-yet": "Running"}
     assert cache.read_at[key] == started

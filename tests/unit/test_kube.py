@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator.draft import PodDeletion
 from psoperator.kube import Kube, StaleJob, api_failure
+from psoperator.observe import parse_pod
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_ATTEMPT
 from tests.unit.builders import NS, job
@@ -228,7 +229,7 @@ def test_a_status_write_refused_as_stale_says_so() -> None:
 def test_every_request_gives_up_after_the_timeout() -> None:
     kube = RecordingKube(timeout=7.0)
     kube.get_job(NS, "ctr")
-    kube.list_pods(NS, "ctr")
+    kube.list_pods(NS, "ctr", parse_pod)
     assert [(t.connect_timeout, t.read_timeout) for t in kube.wire.timeouts] == [(5.0, 7.0), (5.0, 7.0)]
 
 
@@ -245,7 +246,7 @@ def test_pods_are_read_a_page_at_a_time_and_kept_as_each_page_arrives() -> None:
         return {"name": pod["metadata"]["name"], "pages read": len(kube.wire.sent)}
 
     pods = kube.list_pods(NS, "ctr", keep)
-    # Each page is slimmed before the next is asked for, and the second page continues the first.
+    # Each page is kept (parsed) before the next is asked for, and the second page continues the first.
     assert pods == [{"name": "ctr-ps-0", "pages read": 1}, {"name": "ctr-worker-0", "pages read": 2}]
     queries = [url.split("?")[1] for _, url, *_ in kube.wire.sent]
     assert all("limit=500" in q for q in queries)

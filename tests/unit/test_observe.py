@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from psoperator.kube import plan_children
-from psoperator.observe import parse_job, parse_pod, slim_child, slim_pod
+from psoperator.observe import parse_job, parse_pod, slim_child
 from psoperator.render import render_children
 from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER
 from psoperator.timeutil import format_time
@@ -109,27 +109,12 @@ def test_a_slim_child_decides_what_the_whole_child_decides_in_a_fraction_of_its_
     assert len(json.dumps(slim)) < len(json.dumps(live)) / 2
 
 
-def _as_the_kubelet_reports(p: dict[str, Any]) -> dict[str, Any]:
-    """The pod with what a kubelet adds that the operator never reads."""
-    p = copy.deepcopy(p)
-    for c in p["status"]["containerStatuses"]:
-        c |= {"image": "trainer:1", "imageID": "sha256:" + "0" * 64, "containerID": "containerd://x"}
-    p["status"]["conditions"].append({"type": "Initialized", "status": "True", "lastProbeTime": None})
-    p["metadata"]["labels"]["controller-revision-hash"] = "ctr-ps-64fff45c4f"
-    if "deletionTimestamp" in p["metadata"]:
-        p["metadata"]["deletionGracePeriodSeconds"] = 30
-    return p
-
-
-def test_a_slim_pod_is_parsed_as_the_whole_pod() -> None:
-    pods = [
-        pod("ps", 0, restarts=2, last_terminated={"exitCode": 137, "reason": "OOMKilled"}),
-        pod("chief", 0, attempt=1, phase="Succeeded", terminated={"exitCode": 0, "message": "{}"}),
-        pod("worker", 1, waiting="ImagePullBackOff", ready=False, phase="Pending"),
-        pod("ps", 1, disruption="DeletionByTaintManager", deleting=True),
-        pod("worker", 0, unschedulable="0/3 nodes are available", phase="Pending", ip=None),
-        pod("worker", 2, sidecar={"restartCount": 3}),
-    ]
-    for whole in map(_as_the_kubelet_reports, pods):
-        assert parse_pod(slim_pod(whole)) == parse_pod(whole)
-        assert "imageID" not in json.dumps(slim_pod(whole))
+def test_a_pod_view_keeps_its_owners_and_version_for_the_cache_and_owned_pods() -> None:
+    raw = pod("ps", 0)
+    raw["metadata"] |= {
+        "resourceVersion": "42",
+        "ownerReferences": [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "sts-uid"}, "odd"],
+    }
+    view = parse_pod(raw)
+    assert view.owners == (("StatefulSet", "ctr-ps", "sts-uid"),) and view.version == 42
+    assert parse_pod(pod("ps", 0)).version == 0  # none: orders first

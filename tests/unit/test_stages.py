@@ -8,7 +8,7 @@ from typing import Any
 from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.contract import Role
 from psoperator.draft import Draft, Event
-from psoperator.observe import Observed, owned_pods
+from psoperator.observe import Observed, owned_pods, parse_pod
 from psoperator.policies.recovery import restart_budget_used
 from psoperator.reconcile import (
     DECIDED,
@@ -236,6 +236,7 @@ def test_pods_of_an_older_chief_job_count_as_ours_after_that_job_is_deleted() ->
     ]
     stranger = pod("ps", 0)
     stranger["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "x", "uid": "other"}]
-    assert [p["metadata"]["name"] for p in owned_pods([old, stranger], {"sts-uid"}, "ctr")] == [
-        "ctr-chief-0x"
-    ]
+    ours = pod("ps", 1)
+    ours["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "sts-uid"}]
+    views = [parse_pod(p) for p in (old, stranger, ours)]
+    assert [p.name for p in owned_pods(views, {"sts-uid"}, "ctr")] == ["ctr-chief-0x", "ctr-ps-1"]
