@@ -41,6 +41,7 @@ from psoperator.kube import (
     API_CONCURRENCY,
     CHILD_KINDS,
     LIST_PAGE,
+    ApplyResult,
     ChildChange,
     Kube,
     NotServing,
@@ -384,9 +385,8 @@ def _with_nodes(state: OperatorState, observed: Observed) -> Observed:
 class Decision:
     plan: ReconcilePlan
     report: ProgressReport | None
-    desired: list[Obj]  # the rendered children; none when none are wanted or nothing is to change
     changes: list[ChildChange]
-    conflicts: list[str]
+    planned: ApplyResult  # what planning the changes found already (the conflicts)
     now: datetime
 
     @property
@@ -394,7 +394,7 @@ class Decision:
         """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
         plan = self.plan
         acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
-        return not (acts or plan.write_now or self.changes or self.conflicts)
+        return not (acts or plan.write_now or self.changes or self.planned.conflicts)
 
 
 async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
@@ -462,19 +462,19 @@ async def _decide(
         operator_namespace=state.operator_namespace,
     )
     if plan.render is None:
-        return Decision(plan, report, [], [], [], now)
+        return Decision(plan, report, [], ApplyResult(), now)
     uid, inputs = job["metadata"]["uid"], _sync_inputs(job, plan, seen.children)
     if state.in_sync.get(uid) == inputs:
         # The same as when its children were last found as rendered: a Running job's reconciles
         # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
-        return Decision(plan, report, [], [], [], now)
+        return Decision(plan, report, [], ApplyResult(), now)
     desired = render_children(job, plan.render)
     changes, result = plan_children(
         uid, desired, seen.children, create_missing=plan.create_missing, hold_chief=plan.hold_chief
     )
     if not changes and not result.conflicts:
         state.in_sync[uid] = inputs
-    return Decision(plan, report, desired, changes, result.conflicts, now)
+    return Decision(plan, report, changes, result, now)
 
 
 async def reconcile_once(
@@ -525,16 +525,8 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
         return
     if plan.delete_pods:
         await in_thread(state.kube.delete_pods, namespace, plan.delete_pods)
-    if decision.changes or decision.conflicts:
-        result = await in_thread(
-            state.kube.apply_children,
-            namespace,
-            uid,
-            decision.desired,
-            seen.children,
-            create_missing=plan.create_missing,
-            hold_chief=plan.hold_chief,
-        )
+    if decision.changes or decision.planned.conflicts:
+        result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.planned)
         for ref in result.conflicts:
             kopf.warn(
                 job, reason="NameConflict", message=f"{ref} exists and is not owned by this job; left alone"

@@ -370,11 +370,16 @@ class Kube:
         create_missing: bool = True,
         hold_chief: bool = False,
     ) -> ApplyResult:
-        """Carry out `plan_children`: create, patch, replace (see there). A change the API server
-        fails does not hold up the others: they are made, then the first failure is raised."""
+        """Plan the children's changes (`plan_children`) and make them (`make_changes`)."""
         changes, result = plan_children(
             owner_uid, desired, observed, create_missing=create_missing, hold_chief=hold_chief
         )
+        return self.make_changes(namespace, changes, result)
+
+    def make_changes(self, namespace: str, changes: list[ChildChange], result: ApplyResult) -> ApplyResult:
+        """Create, patch, replace and delete as `plan_children` planned, adding to its `result`. A
+        change the API server fails does not hold up the others: they are made, then the first
+        failure is raised."""
         failed: Exception | None = None
         for change in changes:
             try:
