@@ -1,5 +1,5 @@
 """Plays the chiefs' runtimes: serves a progress report whose step moves at every request, on each
-chief pod's IP (KWOK gives pods loopback addresses), and counts the requests."""
+chief pod's IP (KWOK gives pods loopback addresses), counts the requests and which chiefs were asked."""
 
 from __future__ import annotations
 
@@ -14,12 +14,15 @@ from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH
 class ChiefProgress:
     def __init__(self) -> None:
         self.requests = 0
+        self.asked: set[str] = set()  # the chief addresses asked at least once
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="chief-progress", daemon=True)
         self._runner: web.AppRunner | None = None
 
-    async def _report(self, _: web.Request) -> web.Response:
+    async def _report(self, request: web.Request) -> web.Response:
         self.requests += 1
+        if request.transport is not None:
+            self.asked.add(request.transport.get_extra_info("sockname")[0])
         return web.json_response({"state": "running", "step": self.requests})
 
     async def _start(self, addresses: list[str]) -> None:

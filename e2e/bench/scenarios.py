@@ -26,6 +26,7 @@ from e2e.bench.podwatch import OURS, PodLabels, PodWatch
 from e2e.bench.progress import ChiefProgress
 from e2e.conftest import OperatorProcess
 from e2e.util import WaitTimeout, rss_mib, wait_for
+from psoperator import polling
 from psoperator.kube import Kube
 from psoperator.render import render_children
 
@@ -294,8 +295,11 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
         time.sleep(15)  # the last status writes of start-up
         idle = _window(bench, jobs, seconds, None)
         with ChiefProgress() as progress:
-            progress.serve(chief_addresses(bench, running.namespace))
-            time.sleep(15)  # every job has polled once
+            addresses = chief_addresses(bench, running.namespace)
+            progress.serve(addresses)
+            # A chief that refused is asked again after up to 5 minutes (psoperator.polling).
+            wait_for(lambda: progress.asked >= set(addresses), timeout=polling.MAX_WAIT_SECONDS + TIMEOUT,
+                     interval=1.0, message="every chief asked for its progress")  # fmt: skip
             training = _window(bench, jobs, seconds, progress)
         restarted = _restarted(bench, jobs, seconds)
     finally:
