@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +217,33 @@ def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> 
     yield RELEASE_NS
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
     kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--wait=false")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    """A failed test with the in-cluster operator shows the leading operator's log and the test
+    namespace's events: CI keeps nothing else of a run."""
+    report = yield
+    funcargs = getattr(item, "funcargs", {})
+    if report.failed and report.when == "call" and "release" in funcargs:
+        kubeconfig, api = funcargs["kubeconfig"], funcargs["k8s"]
+        readers: dict[str, Callable[[], str]] = {
+            "operator log": lambda: kubectl(
+                kubeconfig,
+                "logs",
+                "-n",
+                RELEASE_NS,
+                operator_pod(api, RELEASE_NS)["metadata"]["name"],
+                "--tail=4000",
+            ),
+            "events": lambda: kubectl(
+                kubeconfig, "get", "events", "-n", str(funcargs.get("namespace")), "--sort-by=.lastTimestamp"
+            ),
+        }
+        for title, read in readers.items():
+            try:
+                text = read()
+            except Exception as error:  # the report must not fail: it says why the text is missing
+                text = f"(not read: {error})"
+            report.sections.append((title, text[-40000:]))
+    return report
