@@ -35,13 +35,21 @@ CONTAINERD_SOCK = "/run/psoperator-real/containerd.sock"
 STEPS = int(os.environ.get("PSOPERATOR_REAL_STEPS", "1200"))
 CHECKPOINT_STEPS = example.CHECKPOINT_STEPS
 TRAIN_TIMEOUT = 600.0
+# Long enough that the operator polls the chief while it trains: a running job is polled once per
+# resync (10 s, jittered by 10%) and a step alone is written at most every 5 s; STEPS take about
+# 8 s here, these about 20 s.
+LONGER_STEPS = STEPS * 5 // 2
 Obj = dict[str, Any]
 
 
 def apply_example(
-    kubeconfig: Path, namespace: str, ttl: int | None = None, checkpoint_steps: int = CHECKPOINT_STEPS
+    kubeconfig: Path,
+    namespace: str,
+    ttl: int | None = None,
+    checkpoint_steps: int = CHECKPOINT_STEPS,
+    steps: int = STEPS,
 ) -> str:
-    docs = example.manifests(namespace, STEPS, ttl, checkpoint_steps)
+    docs = example.manifests(namespace, steps, ttl, checkpoint_steps)
     kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
     return str(next(d["metadata"]["name"] for d in docs if d["kind"] == "PSTrainingJob"))
 
@@ -122,24 +130,25 @@ def test_the_example_trains_to_succeeded_and_the_ttl_deletes_it(
     kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
 ) -> None:
     started = time.monotonic()
-    name = apply_example(kubeconfig, job_namespace, ttl=5)
+    name = apply_example(kubeconfig, job_namespace, ttl=5, steps=LONGER_STEPS)
     psjobs.wait_phase(k8s, job_namespace, name, "Running", timeout=180)
     figures.record("apply → Running", time.monotonic() - started, "s")
     chief, _ = running_chief(k8s, job_namespace, name, min_step=1)
     figures.record("apply → first step", time.monotonic() - started, "s")
 
-    # STEP in `kubectl get psjob` advances while it trains.
+    # STEP in `kubectl get psjob` shows a step of the training under way, then a later one.
     def step_column() -> int:
         row = kubectl(kubeconfig, "get", "psjob", name, "-n", job_namespace, "--no-headers").split()
         return int(row[5]) if len(row) > 6 and row[5].isdigit() else -1
 
-    first = wait_for(lambda: step_column() > 0 and step_column(), timeout=120, message="STEP filled")
+    first = wait_for(lambda: 0 < (step := step_column()) < LONGER_STEPS and step, timeout=120,
+                     message="STEP filled while training")  # fmt: skip
     wait_for(lambda: step_column() > first, timeout=120, message=f"STEP past {first}")
 
     final = wait_succeeded(k8s, job_namespace, name)
-    figures.record("apply → Succeeded", time.monotonic() - started, "s")
-    assert final["step"] == STEPS and final["restarts"] == 0, final
-    assert final["checkpoint"]["step"] == STEPS, final
+    figures.record(f"apply → Succeeded ({LONGER_STEPS} steps)", time.monotonic() - started, "s")
+    assert final["step"] == LONGER_STEPS and final["restarts"] == 0, final
+    assert final["checkpoint"]["step"] == LONGER_STEPS, final
     assert chief["metadata"]["uid"] == chief_pods(k8s, job_namespace, name)[-1]["metadata"]["uid"]
 
     # Success stops every other role, the evaluator included.
