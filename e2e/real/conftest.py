@@ -36,6 +36,7 @@ OPERATOR_IMAGE = os.environ.get("PSOPERATOR_OPERATOR_IMAGE", "ps-training-operat
 RELEASE, RELEASE_NS = "psoperator", "psoperator-system"
 CHART = REPO / "charts" / "ps-training-operator"
 LOGS = CACHE / "real" / "logs"
+OPERATOR_PODS = "app.kubernetes.io/name=ps-training-operator"
 
 
 class Figures:
@@ -196,9 +197,7 @@ def operator_pod(api: client.ApiClient, namespace: str) -> dict[str, Any]:
         for lease in leases
         if lease.spec and lease.spec.holder_identity
     }
-    listed = client.CoreV1Api(api).list_namespaced_pod(
-        namespace, label_selector="app.kubernetes.io/name=ps-training-operator"
-    )
+    listed = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=OPERATOR_PODS)
     pods = [as_json(api, p) for p in listed.items]
     leading = [p for p in pods if p["status"].get("phase") == "Running" and p["metadata"]["name"] in holders]
     assert len(leading) == 1, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
@@ -221,20 +220,15 @@ def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
-    """A failed test with the in-cluster operator shows the leading operator's log and the test
-    namespace's events: CI keeps nothing else of a run."""
+    """A failed test with the in-cluster operator shows its replicas' logs (leadership may have
+    moved) and the test namespace's events: CI keeps nothing else of a run."""
     report = yield
     funcargs = getattr(item, "funcargs", {})
     if report.failed and report.when == "call" and "release" in funcargs:
-        kubeconfig, api = funcargs["kubeconfig"], funcargs["k8s"]
+        kubeconfig = funcargs["kubeconfig"]
         readers: dict[str, Callable[[], str]] = {
-            "operator log": lambda: kubectl(
-                kubeconfig,
-                "logs",
-                "-n",
-                RELEASE_NS,
-                operator_pod(api, RELEASE_NS)["metadata"]["name"],
-                "--tail=4000",
+            "operator log (each replica's, leading or not)": lambda: kubectl(
+                kubeconfig, "logs", "-n", RELEASE_NS, "-l", OPERATOR_PODS, "--prefix", "--tail=3000"
             ),
             "events": lambda: kubectl(
                 kubeconfig, "get", "events", "-n", str(funcargs.get("namespace")), "--sort-by=.lastTimestamp"
