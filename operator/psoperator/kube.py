@@ -437,11 +437,10 @@ class Kube:
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
 
-    def delete_pods(self, namespace: str, deletions: list[PodDeletion]) -> None:
-        """Delete pods the plan named, each only if it is still the pod it saw (uid precondition)."""
-        for d in deletions:
-            path = f"/api/v1/namespaces/{namespace}/pods/{d.pod}"
-            self._delete_at(path, d.uid, gracePeriodSeconds=d.grace_seconds)
+    def delete_pod(self, namespace: str, deletion: PodDeletion) -> None:
+        """Delete a pod the plan named, only if it is still the pod it saw (uid precondition)."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{deletion.pod}"
+        self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
 
 
 def _newer(live: str | None, wanted: str | None) -> bool:

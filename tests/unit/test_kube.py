@@ -175,7 +175,7 @@ def test_a_held_chief_replaces_nothing_yet_but_the_old_job_is_deleted() -> None:
 
 def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
     kube = RecordingKube()
-    kube.delete_pods(NS, [PodDeletion("ctr-chief-0x", "uid-1", 0)])
+    kube.delete_pod(NS, PodDeletion("ctr-chief-0x", "uid-1", 0))
     assert kube.calls == [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
     _, body = kube.bodies[0]
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
