@@ -109,12 +109,16 @@ class OperatorState:
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
     resync_seconds: float = 10.0
-    # The unwoken reconciles of all jobs together, at most, on average: with more than
-    # resync_seconds times this many jobs, every job's resync stretches (1,000 jobs at 20: every 50 s).
-    # Events still wake a job at once; a plan's own timer (a TTL, a deadline) still comes on time.
+    # The unwoken reconciles of all jobs together, at most, on average: when the jobs' resyncs would
+    # come more often, every resync stretches by the same factor (1,000 running jobs at 20: every
+    # 50 s; 100 running and 900 finished ones: still every 10 s, the finished ones costing 3 a
+    # second). Events still wake a job at once; a plan's own timer (a TTL, a deadline) still comes
+    # on time.
     resyncs_per_second: float = 20.0
     # Finished and suspended jobs: only their TTL and a resume need them, and both wake them.
     idle_resync_seconds: float = 300.0
+    # The jobs whose last reconcile found them finished or suspended.
+    idle: set[JobKey] = field(default_factory=set)
     # The longest a job goes without a fresh read of its children (see cache.py).
     fresh_read_seconds: float = 600.0
     progress_port: int = DEFAULT_PROGRESS_PORT
@@ -324,6 +328,7 @@ def _drop_loop(state: OperatorState, key: tuple[str, str], loop: asyncio.Task[No
     if state.loops.get(key) is loop:
         state.loops.pop(key)
         state.wakeups.pop(key, None)
+        state.idle.discard(key)
     state.metrics.forget(*key)  # a deleted job leaves no series behind
     state.metrics.jobs_managed.set(len(state.loops))
 
@@ -523,8 +528,8 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
         kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return
-    if plan.delete_pods:
-        await in_thread(state.kube.delete_pods, namespace, plan.delete_pods)
+    # At once: a restart stops the old chief and every PS that served it (49 of them in a big job).
+    await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
     if decision.changes or decision.planned.conflicts:
         result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.planned)
         for ref in result.conflicts:
@@ -539,13 +544,24 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
 
 
+def is_idle(plan: ReconcilePlan | None) -> bool:
+    return plan is not None and plan.status.get("phase") in (*FINISHED_PHASES, Phase.SUSPENDED)
+
+
+def pace_stretch(state: OperatorState) -> float:
+    """How much every resync stretches so that all jobs' together stay within resyncs_per_second."""
+    idle = len(state.idle & state.loops.keys())
+    running = len(state.loops) - idle
+    wanted = running / state.resync_seconds + idle / state.idle_resync_seconds
+    return max(1.0, wanted / state.resyncs_per_second)
+
+
 def resync_after(state: OperatorState, plan: ReconcilePlan | None) -> float:
-    """When to look at the job again unwoken: soon while it runs (later when there are so many jobs
-    that resyncs_per_second would be passed), rarely once it has finished or is suspended, sooner
-    when the plan asks (a TTL, a deadline, an old chief stopping); jittered."""
-    idle = plan is not None and plan.status.get("phase") in (*FINISHED_PHASES, Phase.SUSPENDED)
-    running = max(state.resync_seconds, len(state.loops) / state.resyncs_per_second)
-    wait = (state.idle_resync_seconds if idle else running) * random.uniform(1 - JITTER, 1 + JITTER)
+    """When to look at the job again unwoken: soon while it runs, rarely once it has finished or is
+    suspended (both later when there are so many jobs that resyncs_per_second would be passed),
+    sooner when the plan asks (a TTL, a deadline, an old chief stopping); jittered."""
+    base = state.idle_resync_seconds if is_idle(plan) else state.resync_seconds
+    wait = base * pace_stretch(state) * random.uniform(1 - JITTER, 1 + JITTER)
     if plan is not None and plan.requeue_after is not None:
         wait = min(wait, max(plan.requeue_after, 0.5))
     return wait
@@ -582,6 +598,10 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
             try:
                 plan = await reconcile_once(state, namespace, name, logger)
                 state.metrics.reconciled("ok", time.monotonic() - started)
+                if is_idle(plan):
+                    state.idle.add(key)
+                else:
+                    state.idle.discard(key)
                 wait = resync_after(state, plan)
             except StaleJob as stale:  # another writer got there first: read it again at once
                 logger.info("%s; reconciling it again", stale)

@@ -224,6 +224,49 @@ def test_with_many_jobs_the_resyncs_stretch_to_the_operators_pace() -> None:
     assert handlers.resync_after(state, replace(running, requeue_after=3)) == 3
 
 
+def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    phases = iter(["Running", "Succeeded"])
+
+    async def reconcile(_state: Any, namespace: str, name: str, _logger: Any) -> ReconcilePlan:
+        return ReconcilePlan(status={"phase": next(phases)}, render=None)
+
+    monkeypatch.setattr(handlers, "reconcile_once", reconcile)
+    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=3600)
+    key = ("ns", "ctr")
+
+    async def scenario() -> None:
+        handlers._start_loop(state, key, logging.getLogger("test"))
+        await asyncio.sleep(0.1)
+        assert state.idle == set()
+        handlers._wake(state, key)
+        await asyncio.sleep(0.2)  # past the loop's settling
+        assert state.idle == {key}
+        await handlers._stop_loop(state, key)
+        assert state.idle == set()
+
+    asyncio.run(scenario())
+
+
+def test_finished_jobs_count_in_the_pace_at_their_own_rare_resync() -> None:
+    """100 running jobs beside 900 finished ones keep their 10 s resync (the finished ones cost 3
+    reconciles a second, not 90); 10,000 finished ones stretch everything, theirs too."""
+    state = handlers.OperatorState(
+        RecordingKube(), Metrics(), resync_seconds=10, resyncs_per_second=20, idle_resync_seconds=300
+    )
+    running = ReconcilePlan(status={"phase": "Running"}, render=None)
+    succeeded = ReconcilePlan(status={"phase": "Succeeded"}, render=None)
+    state.loops = {("ns", f"job-{i}"): None for i in range(1000)}  # type: ignore[misc]
+    state.idle = {("ns", f"job-{i}") for i in range(100, 1000)}
+    assert all(9 <= handlers.resync_after(state, running) <= 11 for _ in range(20))
+    state.loops = {("ns", f"job-{i}"): None for i in range(10_100)}  # type: ignore[misc]
+    state.idle = {("ns", f"job-{i}") for i in range(100, 10_100)}
+    stretch = (100 / 10 + 10_000 / 300) / 20  # 2.17
+    assert all(9 * stretch <= handlers.resync_after(state, running) <= 11 * stretch for _ in range(20))
+    assert all(270 * stretch <= handlers.resync_after(state, succeeded) <= 330 * stretch for _ in range(20))
+
+
 def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     """Taking the Lease starts the known jobs' loops and says so in psoperator_leader; losing it
     stops them and says so too."""
