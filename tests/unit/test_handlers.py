@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -23,7 +24,8 @@ from kubernetes.client.exceptions import ApiException
 from psoperator import GROUP, handlers
 from psoperator.cache import Snapshot
 from psoperator.contract import PROGRESS_PATH
-from psoperator.kube import LIST_PAGE, ChildVerb
+from psoperator.draft import PodDeletion
+from psoperator.kube import LIST_PAGE, ApplyResult, ChildVerb
 from psoperator.metrics import Metrics
 from psoperator.observe import slim_child
 from psoperator.readings import JobReading
@@ -472,3 +474,25 @@ def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() 
             await state.session.close()
 
     asyncio.run(run())
+
+
+def test_a_restarts_pod_deletions_go_out_at_once() -> None:
+    """The old chief and the PS that served it are asked to stop together: each deletion below
+    waits until all three are in flight, which one after another never are."""
+    in_flight = threading.Barrier(3, timeout=5)
+
+    class TogetherKube(RecordingKube):
+        def delete_pod(self, namespace: str, deletion: PodDeletion) -> None:
+            in_flight.wait()
+            super().delete_pod(namespace, deletion)
+
+    kube = TogetherKube()
+    state = handlers.OperatorState(kube, Metrics())
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    deletions = [PodDeletion(f"ctr-{name}", f"uid-{name}", 5) for name in ("chief-0x", "ps-0", "ps-1")]
+    plan = ReconcilePlan(status={}, render=None, delete_pods=deletions)
+    decision = handlers.Decision(plan, None, [], ApplyResult(), datetime.now(UTC))
+    asyncio.run(handlers._act(state, Snapshot(job, [], []), decision, logging.getLogger("test")))
+    assert sorted(path for _, path in kube.calls) == [
+        f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")
+    ]
