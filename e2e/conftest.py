@@ -32,9 +32,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from e2e.util import CACHE, as_json, free_port, wait_for
+from e2e.util import CACHE, REPO, as_json, free_port, wait_for
 
-REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "e2e" / "cluster" / "cluster.sh"
 CRD_FILE = REPO / "crds" / "psoperator.io_pstrainingjobs.yaml"
 CONTROL_PLANE_BINARIES = (

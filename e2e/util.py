@@ -1,5 +1,5 @@
 """Small helpers shared by the e2e tests: polling with a deadline, objects as JSON, free ports,
-where the built binaries and images are cached."""
+where the repository is and where the built binaries and images are cached."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
+# The root of the repository these tests are in.
+REPO = Path(__file__).resolve().parent.parent
 # The binaries, images and clusters of e2e/cluster/*.sh and images/build.sh (their CACHE).
 CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 

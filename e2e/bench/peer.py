@@ -34,9 +34,9 @@ import yaml
 from kubernetes import client
 
 from e2e.bench.podwatch import PodLabels
-from e2e.conftest import REPO, OperatorProcess, kubectl, token_kubeconfig
+from e2e.conftest import OperatorProcess, kubectl, token_kubeconfig
 from e2e.psjobs import IMAGE
-from e2e.util import CACHE, free_port
+from e2e.util import CACHE, REPO, free_port
 
 MODULE = "github.com/kubeflow/training-operator"
 BINARY = CACHE / "bin" / "training-operator"

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from e2e.conftest import CLUSTER_SH, REPO, _unavailable, kubectl
+from e2e.conftest import CLUSTER_SH, _unavailable, kubectl
 from e2e.real.example import TRAINER_IMAGE
-from e2e.util import CACHE, as_json, wait_for
+from e2e.util import CACHE, REPO, as_json, wait_for
 
 REALNODE_SH = REPO / "e2e" / "cluster" / "realnode.sh"
 BUILD_IMAGES = REPO / "images" / "build.sh"
