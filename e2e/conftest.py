@@ -19,9 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +30,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from e2e.util import CACHE, REPO, as_json, free_port, wait_for
+from e2e.operator_process import OperatorProcess
+from e2e.util import CACHE, REPO, as_json, wait_for
 
 CLUSTER_SH = REPO / "e2e" / "cluster" / "cluster.sh"
 CRD_FILE = REPO / "crds" / "psoperator.io_pstrainingjobs.yaml"
@@ -46,7 +45,6 @@ CONTROL_PLANE_BINARIES = (
 )
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 UP_TIMEOUT = 300.0
-OPERATOR_READY_TIMEOUT = 60.0
 
 
 def _in_ci() -> bool:
@@ -228,128 +226,6 @@ def namespace(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
     except ApiException as exc:
         if exc.status != 404:
             raise
-
-
-class OperatorProcess:
-    """The operator as a real subprocess: `python -m psoperator run --namespace NS --standalone`.
-
-    Output goes to `log_path` (appended across restarts). `start()` waits until the liveness
-    endpoint answers; `stop()` sends SIGTERM, then SIGKILL after `grace` seconds.
-    """
-
-    probe_path = "/healthz"  # what `start()` waits for, on the port `command()` is given
-
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_args: list[str] | None = None):
-        self.kubeconfig = kubeconfig
-        self.namespace = namespace
-        self.log_path = log_path
-        self.extra_args = list(extra_args or [])
-        # Extra environment of the next start, e.g. PSOPERATOR_FAULT (psoperator/faults.py).
-        self.extra_env: dict[str, str] = {}
-        self.liveness_url = ""
-        self.starts = 0
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def command(self) -> list[str]:
-        return [
-            sys.executable, "-m", "psoperator", "run",
-            "--namespace", self.namespace,
-            "--standalone",
-            "--liveness", self.liveness_url,
-            *self.extra_args,
-        ]  # fmt: skip
-
-    def start(self, timeout: float = OPERATOR_READY_TIMEOUT) -> None:
-        self.launch()
-        self.wait_live(timeout)
-
-    def launch(self) -> None:
-        """Starts the process without waiting for it to be live."""
-        if self.running:
-            raise RuntimeError("operator already running")
-        self.liveness_url = f"http://127.0.0.1:{free_port()}{self.probe_path}"
-        self.starts += 1
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.extra_env}
-        with self.log_path.open("ab") as log:
-            log.write(f"=== start {self.starts}: {' '.join(self.command())}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                self.command(),
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def wait_live(self, timeout: float = OPERATOR_READY_TIMEOUT) -> None:
-        proc = self._proc
-        assert proc is not None, "launch() first"
-
-        def alive() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"operator exited with {proc.returncode}")
-            return _http_ok(self.liveness_url)
-
-        try:
-            wait_for(
-                alive, timeout=timeout, interval=0.3, message=f"operator liveness at {self.liveness_url}"
-            )
-        except Exception as exc:
-            self.stop()
-            pytest.fail(
-                f"operator did not become live: {exc}\n--- operator log ---\n{self.log_text()[-6000:]}"
-            )
-
-    def stop(self, grace: float = 15.0) -> int | None:
-        """Stops the operator; returns its exit code (None if it was not started)."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        return proc.returncode
-
-    def kill(self) -> int | None:
-        """Kills the operator abruptly (SIGKILL), as a crash or an OOM kill would."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait(timeout=10)
-        return self._proc.returncode if self._proc else None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-
-def _http_ok(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(200 <= response.status < 300)
-    except OSError:
-        return False
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 120) -> str:

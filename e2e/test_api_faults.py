@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 
 from e2e import chaos_run
-from e2e.conftest import OperatorProcess
 from e2e.faultproxy import FaultProxy
+from e2e.operator_process import OperatorProcess
 from e2e.util import free_port
 
 pytestmark = pytest.mark.usefixtures("kwok_only")

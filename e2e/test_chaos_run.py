@@ -25,8 +25,8 @@ import pytest
 from kubernetes import client
 
 from e2e import chaos_run, leases
-from e2e.conftest import OperatorProcess
 from e2e.controlplane import ControlPlane
+from e2e.operator_process import OperatorProcess
 from e2e.util import free_port, wait_for
 
 pytestmark = pytest.mark.usefixtures("kwok_only")

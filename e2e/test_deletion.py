@@ -8,7 +8,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.conftest import OperatorProcess
+from e2e.operator_process import OperatorProcess
 from e2e.test_operator import _children
 from e2e.util import wait_for
 

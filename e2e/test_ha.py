@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from e2e import chaos, leases, psjobs
-from e2e.conftest import OperatorProcess
+from e2e.operator_process import OperatorProcess
 from e2e.util import holds_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("kwok_only")

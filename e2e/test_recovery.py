@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from e2e import chaos, psjobs
-from e2e.conftest import OperatorProcess
+from e2e.operator_process import OperatorProcess
 from e2e.util import as_json, holds_for, wait_for
 from psoperator.faults import FAULT_ENV, FAULT_EXIT_CODE, Fault
 

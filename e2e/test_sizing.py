@@ -7,7 +7,7 @@ from typing import Any
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.conftest import OperatorProcess
+from e2e.operator_process import OperatorProcess
 from e2e.util import holds_for, wait_for
 
 # 8 GB of fp32 parameters, 24 GB with Adam: each of 2 PS needs 28.5 GiB. (The simulated CPU nodes have

@@ -24,7 +24,7 @@ from e2e import chaos, psjobs
 from e2e.bench import measure, peer
 from e2e.bench.podwatch import OURS, PodLabels, PodWatch
 from e2e.bench.progress import ChiefProgress
-from e2e.conftest import OperatorProcess
+from e2e.operator_process import OperatorProcess
 from e2e.util import WaitTimeout, rss_mib, wait_for
 from psoperator import polling
 from psoperator.kube import Kube
