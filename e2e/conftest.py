@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import CACHE, REPO, as_json, wait_for
 
@@ -70,16 +70,6 @@ def _reachable(kubeconfig: str) -> bool:
         return False
     finally:
         api.close()
-
-
-def _kubectl() -> str:
-    ours = CACHE / "bin" / "kubectl"
-    if ours.exists():
-        return str(ours)
-    found = shutil.which("kubectl")
-    if found is None:
-        pytest.fail("kubectl not found: build it with e2e/cluster/cluster.sh build", pytrace=False)
-    return found
 
 
 def _cluster_sh(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -226,20 +216,6 @@ def namespace(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
     except ApiException as exc:
         if exc.status != 404:
             raise
-
-
-def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
-    result = subprocess.run(
-        [_kubectl(), "--kubeconfig", str(kubeconfig), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout
 
 
 CHART = REPO / "charts" / "ps-training-operator"

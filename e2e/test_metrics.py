@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from e2e import chaos, monitoring, psjobs
-from e2e.conftest import kubectl
+from e2e.kubectl import kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.test_progress import serve_progress
 from e2e.util import free_port, wait_for

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.conftest import _kubectl
+from e2e.kubectl import _kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import holds_for, wait_for
 from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport

@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import kubectl
+from e2e.kubectl import kubectl
 from e2e.util import rss_mib, wait_for
 
 WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]

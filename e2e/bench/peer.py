@@ -34,7 +34,8 @@ import yaml
 from kubernetes import client
 
 from e2e.bench.podwatch import PodLabels
-from e2e.conftest import kubectl, token_kubeconfig
+from e2e.conftest import token_kubeconfig
+from e2e.kubectl import kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.psjobs import IMAGE
 from e2e.util import CACHE, REPO, free_port

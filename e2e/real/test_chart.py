@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from e2e.conftest import kubectl
+from e2e.kubectl import kubectl
 from e2e.real.conftest import OPERATOR_IMAGE, helm, install, operator_pod
 from e2e.util import as_json, wait_for
 

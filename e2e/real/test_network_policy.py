@@ -23,7 +23,8 @@ import yaml
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.conftest import _kubectl, _unavailable, kubectl
+from e2e.conftest import _unavailable
+from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import _http_ok
 from e2e.real import example
 from e2e.real.conftest import LOGS, OPERATOR_IMAGE, Figures

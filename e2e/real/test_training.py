@@ -26,7 +26,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import monitoring, psjobs
-from e2e.conftest import kubectl
+from e2e.kubectl import kubectl
 from e2e.real import example
 from e2e.real.conftest import Figures
 from e2e.util import as_json, wait_for
