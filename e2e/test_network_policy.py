@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e import psjobs
-from e2e.conftest import CHART_NAMESPACE
+from e2e.accounts import CHART_NAMESPACE
 from e2e.operator_process import OperatorProcess
 from e2e.util import as_json, wait_for
 

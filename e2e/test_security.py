@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from e2e import chaos, psjobs
-from e2e.conftest import chart_account_kubeconfig
+from e2e.accounts import chart_account_kubeconfig
 from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import wait_for

@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 import yaml
 from kubernetes import client
 
+from e2e.accounts import token_kubeconfig
 from e2e.bench.podwatch import PodLabels
-from e2e.conftest import token_kubeconfig
 from e2e.kubectl import kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.psjobs import IMAGE
