@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e import psjobs
-from e2e.conftest import apply_crd
+from e2e.clusters import apply_crd
 from e2e.kubectl import kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import wait_for

@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from e2e.accounts import CHART_NAMESPACE, chart_account_kubeconfig
 from e2e.bench import measure, peer, scenarios
-from e2e.conftest import CRD_FILE
+from e2e.clusters import CRD_FILE
 from e2e.kubectl import kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import free_port

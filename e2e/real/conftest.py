@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from e2e.conftest import CLUSTER_SH, _unavailable
+from e2e.clusters import CLUSTER_SH, _unavailable
 from e2e.kubectl import kubectl
 from e2e.real.example import TRAINER_IMAGE
 from e2e.util import CACHE, REPO, as_json, wait_for

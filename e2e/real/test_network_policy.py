@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.conftest import _unavailable
+from e2e.clusters import _unavailable
 from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import _http_ok
 from e2e.real import example
