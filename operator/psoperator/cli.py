@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         election = Election(args.operator_namespace, args.leader_election, args.lease_seconds)
     state = OperatorState(
         election=election,
-        kube=Kube(on_error=metrics.api_error, timeout=args.api_timeout_seconds),
+        kube=Kube(on_response=metrics.api_request, timeout=args.api_timeout_seconds),
         metrics=metrics,
         cluster_domain=args.cluster_domain,
         operator_namespace=args.operator_namespace or None,

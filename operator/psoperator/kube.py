@@ -84,6 +84,19 @@ def api_retry() -> urllib3.util.Retry:
     return _ApiRetry(total=RETRIES, backoff_factor=RETRY_BACKOFF_SECONDS, raise_on_status=False)
 
 
+def resource_of(path: str) -> str:
+    """The resource an API path names, with its subresource: `/api/v1/namespaces/ns/pods/p` is
+    "pods", `.../pstrainingjobs/j/status` "pstrainingjobs/status", `/apis/g/v` (discovery) "discovery"."""
+    parts = path.split("?")[0].strip("/").split("/")
+    parts = parts[2:] if parts[0] == "api" else parts[3:]  # past api/v1 or apis/<group>/<version>
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]  # a namespaced resource; a namespace itself stays "namespaces"
+    if not parts:
+        return "discovery"
+    # <resource>[/<name>[/<subresource>]]
+    return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
+
+
 def owned_by(obj: Obj, uid: str) -> bool:
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
@@ -222,12 +235,13 @@ class Kube:
     def __init__(
         self,
         api_client: client.ApiClient | None = None,
-        on_error: Callable[[str, str], None] | None = None,
+        on_response: Callable[[str, str, str], None] | None = None,
         timeout: float = API_TIMEOUT_SECONDS,
     ) -> None:
         self.api = api_client or client.ApiClient()
-        # Told of every request that fails: its HTTP method and status code ("none": no response).
-        self.on_error = on_error or (lambda _method, _code: None)
+        # Told of every request: its HTTP method, resource (resource_of) and status code ("none": no
+        # response).
+        self.on_response = on_response or (lambda _method, _resource, _code: None)
         self.timeout = timeout
 
     def _call(
@@ -252,11 +266,11 @@ class Kube:
                 *request, _request_timeout=(min(CONNECT_TIMEOUT, self.timeout), self.timeout)
             )
         except urllib3.exceptions.HTTPError:
-            self.on_error(method, "none")
+            self.on_response(method, resource_of(path), "none")
             raise
         data: bytes = response.read()  # type: ignore[no-untyped-call]
+        self.on_response(method, resource_of(path), str(response.status))
         if not 200 <= response.status < 300:
-            self.on_error(method, str(response.status))
             raise ApiException(
                 status=response.status, reason=response.reason, body=data.decode(errors="replace")
             )

@@ -147,11 +147,12 @@ class Metrics:
             ("outcome",),
             RECONCILE_BUCKETS,
         )
-        self.api_errors = self._counter(
-            "psoperator_api_errors",
-            "Kubernetes API requests of the reconciles that failed, by HTTP method and status code "
-            "(none: no response). 404 and 409 included: some are expected (a job read after its deletion).",
-            ("verb", "code"),
+        self.api_requests = self._counter(
+            "psoperator_api_requests",
+            "Kubernetes API requests of the reconciles and of leader election, by HTTP method, resource "
+            "(pods, statefulsets, pstrainingjobs/status, ...) and status code (none: no response). Not "
+            "kopf's watches and events. Some 404s and 409s are expected (a job read after its deletion).",
+            ("verb", "resource", "code"),
         )
         self.jobs_managed = self._gauge(
             "psoperator_jobs_managed", "Jobs the operator runs a reconcile loop for.", ()
@@ -198,8 +199,8 @@ class Metrics:
         self.reconciles.labels(outcome).inc()
         self.reconcile_duration.labels(outcome).observe(seconds)
 
-    def api_error(self, verb: str, code: str) -> None:
-        self.api_errors.labels(verb, code).inc()
+    def api_request(self, verb: str, resource: str, code: str) -> None:
+        self.api_requests.labels(verb, resource, code).inc()
 
     def record(self, namespace: str, job: str, reading: JobReading) -> None:
         """A job's reading after a reconcile whose status write succeeded. Its gauges are set only

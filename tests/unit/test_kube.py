@@ -11,8 +11,9 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from psoperator import GROUP
 from psoperator.draft import PodDeletion
-from psoperator.kube import Kube, StaleJob, api_failure
+from psoperator.kube import Kube, StaleJob, api_failure, resource_of
 from psoperator.observe import parse_pod
 from psoperator.render import render_children
 from psoperator.render.names import LABEL_ATTEMPT
@@ -269,3 +270,19 @@ def test_pods_are_read_a_page_at_a_time_and_kept_as_each_page_arrives() -> None:
 )
 def test_a_failed_request_is_told_in_one_line_and_nothing_else_is(error: Exception, line: str | None) -> None:
     assert api_failure(error) == line
+
+
+@pytest.mark.parametrize(
+    ("path", "resource"),
+    [
+        ("/api/v1/namespaces/ns/pods/ctr-ps-0", "pods"),
+        ("/api/v1/namespaces/ns/pods?labelSelector=x&limit=500", "pods"),
+        ("/apis/apps/v1/namespaces/ns/statefulsets", "statefulsets"),
+        (f"/apis/{GROUP}/v1alpha1/namespaces/ns/pstrainingjobs/ctr/status", "pstrainingjobs/status"),
+        ("/apis/coordination.k8s.io/v1/namespaces/ops/leases/psoperator", "leases"),
+        ("/api/v1/namespaces/ns", "namespaces"),
+        (f"/apis/{GROUP}/v1alpha1", "discovery"),
+    ],
+)
+def test_a_requests_resource_is_named_as_kubernetes_names_it(path: str, resource: str) -> None:
+    assert resource_of(path) == resource

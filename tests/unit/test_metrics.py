@@ -184,18 +184,21 @@ def test_checkpoint_age_is_computed_when_scraped() -> None:
     assert value(metrics, "psoperator_job_checkpoint_age_seconds", psjob="ctr") == 65
 
 
-def test_operator_metrics_count_reconciles_and_api_errors() -> None:
+def test_operator_metrics_count_reconciles_and_api_requests() -> None:
     metrics = Metrics()
     metrics.reconciled("ok", 0.02)
     metrics.reconciled("error", 0.5)
     kube = RecordingKube()
-    kube.on_error = metrics.api_error
+    kube.on_response = metrics.api_request
+    kube.list_children("ns", "ctr", "Service")
     kube.wire.status = 409
     with pytest.raises(StaleJob):  # a 409 on a status write: the job changed since it was read
         kube.patch_job_status("ns", "ctr", {"phase": "Running"}, "7")
     assert value(metrics, "psoperator_reconciles_total", outcome="error") == 1
     assert value(metrics, "psoperator_reconcile_duration_seconds_count", outcome="ok") == 1
-    assert value(metrics, "psoperator_api_errors_total", verb="PATCH", code="409") == 1
+    requests = "psoperator_api_requests_total"
+    assert value(metrics, requests, verb="GET", resource="services", code="200") == 1
+    assert value(metrics, requests, verb="PATCH", resource="pstrainingjobs/status", code="409") == 1
 
 
 def test_the_reference_lists_every_metric_registered() -> None:
