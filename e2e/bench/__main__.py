@@ -148,10 +148,16 @@ def _big_rows(sizes: dict[str, Any], b: dict[str, float]) -> list[str]:
     ]
 
 
-def _lifecycle_rows(sizes: dict[str, Any], life: dict[str, float]) -> list[str]:
+def _lifecycle_rows(sizes: dict[str, Any], life: dict[str, Any]) -> list[str]:
     label = f"lifecycle, {sizes['lifecycle_jobs']} jobs: create -> Succeeded -> deleted"
     counts = f"{life['writes_per_job']:.1f} / {life['requests_per_job']:.1f}"
-    return [_row(f"{label}: operator API writes / requests per job", counts)]
+    by_request = life["writes_per_job_by_request"]
+    kopf = life["writes_per_job"] - sum(by_request.values())
+    parts = [f"{request} {n:.1f}" for request, n in by_request.items()] + [f"kopf (events) {kopf:.1f}"]
+    return [
+        _row(f"{label}: operator API writes / requests per job", counts),
+        _row("  writes per job, by request", ", ".join(parts)),
+    ]
 
 
 def table(results: dict[str, Any]) -> list[str]:

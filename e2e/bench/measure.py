@@ -14,6 +14,8 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from e2e.kubectl import kubectl
 from e2e.util import rss_mib, wait_for
@@ -126,14 +128,26 @@ class PeakRss:
         self._thread.join()
 
 
-def reconciles(metrics_port: int) -> float:
+def _samples(metrics_port: int, name: str) -> list[Sample]:
+    """The samples called `name` on the operator's metrics endpoint."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return sum(
-        float(line.split()[1])
-        for line in text.splitlines()
-        if line.startswith("psoperator_reconcile_duration_seconds_count")
-    )
+    return [s for family in text_string_to_metric_families(text) for s in family.samples if s.name == name]
+
+
+def reconciles(metrics_port: int) -> float:
+    return sum(s.value for s in _samples(metrics_port, "psoperator_reconcile_duration_seconds_count"))
+
+
+def operator_writes(metrics_port: int) -> dict[str, float]:
+    """The operator's own count of its writes, by verb and resource ("POST services"): all but
+    kopf's (the events it posts)."""
+    writes: dict[str, float] = {}
+    for s in _samples(metrics_port, "psoperator_api_requests_total"):
+        if s.labels["verb"] != "GET":
+            request = f"{s.labels['verb']} {s.labels['resource']}"
+            writes[request] = writes.get(request, 0.0) + s.value
+    return writes
 
 
 def add_nodes(api: client.ApiClient, pods: int) -> int:
