@@ -14,6 +14,8 @@ from e2e import psjobs
 from e2e.kubectl import _kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import as_json, wait_for
+from psoperator import contract
+from psoperator.api import MAX_REPLICAS, MAX_WORKERS
 
 
 def _children(api: client.ApiClient, namespace: str, name: str) -> set[tuple[str, str]]:
@@ -179,6 +181,14 @@ def test_invalid_odd_objects_do_not_crash_the_operator(
         raise AssertionError(f"the operator deleted a pod it does not own: {error}") from error
 
 
+def _cluster_of_config_map(api: client.ApiClient, namespace: str, job: str) -> dict[str, list[str]]:
+    """The cluster a task composes from the job's TF_CONFIG ConfigMap, as the runtime does."""
+    config_map = as_json(api, client.CoreV1Api(api).read_namespaced_config_map(f"{job}-tf-config", namespace))
+    assert config_map["metadata"]["ownerReferences"][0]["kind"] == "PSTrainingJob"
+    text = config_map["data"]["cluster.json"]
+    return dict(json.loads(contract.tf_config_from_file(text, {contract.ENV_ROLE: "ps"}))["cluster"])
+
+
 def test_a_cluster_too_large_for_the_environment_reaches_its_pods_through_a_config_map(
     k8s: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
@@ -189,9 +199,7 @@ def test_a_cluster_too_large_for_the_environment_reaches_its_pods_through_a_conf
     core = client.CoreV1Api(k8s)
 
     def cluster() -> dict[str, list[str]]:
-        config_map = as_json(k8s, core.read_namespaced_config_map("ctr-tf-config", namespace))
-        assert config_map["metadata"]["ownerReferences"][0]["kind"] == "PSTrainingJob"
-        return dict(json.loads(config_map["data"]["cluster.json"])["cluster"])
+        return _cluster_of_config_map(k8s, namespace, "ctr")
 
     assert [len(cluster()[role]) for role in ("chief", "ps", "worker")] == [1, 2, 400]
     chief = psjobs.running_pod(k8s, namespace, "ctr", "chief")
@@ -204,3 +212,33 @@ def test_a_cluster_too_large_for_the_environment_reaches_its_pods_through_a_conf
     # A child like the others: deleted by hand, it comes back.
     core.delete_namespaced_config_map("ctr-tf-config", namespace)
     wait_for(lambda: len(cluster()["worker"]) == 400, timeout=30, message="the ConfigMap recreated")
+
+
+def test_the_largest_job_the_crd_admits_gets_every_child_from_the_api_server(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """1,000 PS and 10,000 workers, in this test's namespace (51 characters: its addresses alone
+    would be 1.2 MB, past a ConfigMap's 1 MiB). A quota of 3 pods keeps the cluster from running
+    11,001 of them: what is tested is that the API server takes every child as rendered."""
+    core = client.CoreV1Api(k8s)
+    quota = client.V1ResourceQuota(metadata=client.V1ObjectMeta(name="pods"), spec={"hard": {"pods": "3"}})
+    core.create_namespaced_resource_quota(namespace, quota)
+    workers = {"replicas": MAX_WORKERS, "template": {"spec": {"containers": [{"name": "trainer"}]}}}
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr", ps={"replicas": MAX_REPLICAS}, worker=workers))
+
+    def replicas() -> dict[str, int]:
+        listed = client.AppsV1Api(k8s).list_namespaced_stateful_set(
+            namespace, label_selector=psjobs.LABEL_JOB
+        )
+        return {s["metadata"]["name"]: s["spec"]["replicas"] for s in as_json(k8s, listed)["items"]}
+
+    wait_for(lambda: len(replicas()) == 2, timeout=60, message="the StatefulSets")
+    assert replicas() == {"ctr-ps": MAX_REPLICAS, "ctr-worker": MAX_WORKERS}
+    cluster = _cluster_of_config_map(k8s, namespace, "ctr")
+    assert [len(cluster[role]) for role in ("chief", "ps", "worker")] == [1, MAX_REPLICAS, MAX_WORKERS]
+    assert (
+        cluster["worker"][-1] == f"ctr-worker-{MAX_WORKERS - 1}.ctr-worker.{namespace}.svc.cluster.local:2222"
+    )
+    wait_for(lambda: _children(k8s, namespace, "ctr") >= EXPECTED, timeout=60, message="every child")
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.kind=PSTrainingJob").items
+    assert not [e.message for e in events if e.reason == "ChildRejected"]

@@ -30,7 +30,8 @@ CLUSTER_ROLES: tuple[Role, ...] = (Role.CHIEF, Role.PS, Role.WORKER)
 # Environment injected into every training container.
 ENV_TF_CONFIG = "TF_CONFIG"
 # Set instead of TF_CONFIG when the cluster is too large for the environment (TF_CONFIG_ENV_LIMIT):
-# the path of a file (a mounted ConfigMap) holding {"cluster": ...}; see tf_config_from_file.
+# the path of a file (a mounted ConfigMap) holding each role's task count and one address pattern;
+# see tf_config_from_file.
 ENV_TF_CONFIG_FILE = "PSOP_TF_CONFIG_FILE"
 ENV_ROLE = "PSOP_ROLE"
 ENV_TASK_INDEX = "PSOP_TASK_INDEX"
@@ -83,18 +84,39 @@ def _ordinal(env: Mapping[str, str]) -> str:
     return ordinal if ordinal.isdigit() else ""
 
 
-def tf_config_from_file(cluster_text: str, env: Mapping[str, str]) -> str:
-    """TF_CONFIG of a task whose cluster came in a file: the file's `cluster`, and the task from
-    PSOP_ROLE and PSOP_TASK_INDEX (the pod's ordinal where the index is empty, before 1.28).
+# Where a task's role and index go in the address pattern of a cluster file.
+ROLE_FIELD, INDEX_FIELD = "{role}", "{index}"
 
-    Not JSON or not an object: ValueError. An index that is no number is left for the reader to refuse.
+
+def task_address_of(pattern: str, role: str, index: int) -> str:
+    """A task's address from its cluster's pattern, `<job>-{role}-{index}.<job>-{role}.<ns>.svc...`."""
+    return pattern.replace(ROLE_FIELD, role).replace(INDEX_FIELD, str(index))
+
+
+def cluster_file_text(tasks: Mapping[str, int], pattern: str) -> str:
+    """A cluster as its file holds it: a few hundred bytes whatever its size (a ConfigMap holds
+    1 MiB at most, and listing 11,000 addresses of a long namespace would take 2)."""
+    return json.dumps({"address": pattern, "tasks": dict(tasks)}, sort_keys=True, separators=(",", ":"))
+
+
+def tf_config_from_file(cluster_text: str, env: Mapping[str, str]) -> str:
+    """TF_CONFIG of a task whose cluster came in a file: every task's address from the file's
+    counts and pattern, and the task from PSOP_ROLE and PSOP_TASK_INDEX (the pod's ordinal where
+    the index is empty, before 1.28).
+
+    Not a cluster file (cluster_file_text): ValueError. An index that is no number is left for the
+    reader to refuse.
     """
     data = json.loads(cluster_text)
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+    tasks, pattern = (data.get("tasks"), data.get("address")) if isinstance(data, dict) else (None, None)
+    if not (isinstance(tasks, dict) and isinstance(pattern, str) and INDEX_FIELD in pattern):
+        raise ValueError('not a cluster file: an "address" pattern with {index} and "tasks" are needed')
+    if not all(isinstance(n, int) and n >= 0 for n in tasks.values()):
+        raise ValueError('"tasks" must count each role\'s tasks')
+    cluster = {role: [task_address_of(pattern, role, i) for i in range(n)] for role, n in tasks.items()}
     index = env.get(ENV_TASK_INDEX, "").strip() or _ordinal(env)
     task = {"type": env.get(ENV_ROLE, ""), "index": int(index) if index.isdigit() else index}
-    return json.dumps({"cluster": data.get("cluster"), "task": task}, sort_keys=True)
+    return json.dumps({"cluster": cluster, "task": task}, sort_keys=True)
 
 
 class ExitCode(enum.IntEnum):

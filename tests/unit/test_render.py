@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from psoperator import contract
+from psoperator.api import MAX_REPLICAS, MAX_WORKERS
 from psoperator.render import RenderOptions, render_children
 from psoperator.render.names import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
 from tests.unit.builders import JOB, NS, job
@@ -353,9 +354,11 @@ def test_a_cluster_too_large_for_the_environment_goes_to_every_pod_in_a_config_m
     config_map = children[0]  # first: the pods that mount it wait for it
     assert (config_map["kind"], config_map["metadata"]["name"]) == ("ConfigMap", f"{JOB}-tf-config")
     text = config_map["data"]["cluster.json"]
-    cluster = json.loads(text)["cluster"]
+    env = {"PSOP_ROLE": "worker", "PSOP_TASK_INDEX": "4999"}
+    cluster = json.loads(contract.tf_config_from_file(text, env))["cluster"]
     assert [len(cluster[r]) for r in ("chief", "ps", "worker")] == [1, 50, 5000]
-    assert 128 * 1024 < len(text) < 1024 * 1024  # over the environment's limit, under a ConfigMap's
+    assert cluster["worker"][4999] == f"{JOB}-worker-4999.{JOB}-worker.team-a.svc.cluster.local:2222"
+    assert len(json.dumps(cluster)) > 128 * 1024 > len(text)  # over the environment's limit; the file is not
     for child in children[1:]:
         if child["kind"] not in ("StatefulSet", "Job"):
             continue
@@ -371,6 +374,26 @@ def test_a_cluster_too_large_for_the_environment_goes_to_every_pod_in_a_config_m
                 "mountPath": "/etc/psoperator/tf-config",
                 "readOnly": True,
             } in (container["volumeMounts"])
+
+
+def test_the_largest_job_the_crd_admits_fits_its_config_map_in_the_longest_namespace() -> None:
+    """1,000 PS and 10,000 workers of a 40-character job in a 63-character namespace: 2 MB of
+    addresses, which a ConfigMap (1 MiB at most) could not hold; its file is a few hundred bytes."""
+    body = _big_job(MAX_REPLICAS, MAX_WORKERS)
+    body["metadata"].update(name="j" * 40, namespace="n" * 63)
+    [config_map] = [c for c in render_children(body) if c["kind"] == "ConfigMap"]
+    text = config_map["data"]["cluster.json"]
+    cluster = json.loads(contract.tf_config_from_file(text, {"PSOP_ROLE": "ps", "PSOP_TASK_INDEX": "0"}))
+    assert [len(cluster["cluster"][r]) for r in ("chief", "ps", "worker")] == [1, MAX_REPLICAS, MAX_WORKERS]
+    assert len(json.dumps(cluster)) > 1024 * 1024 > 512 > len(text)  # over a ConfigMap's limit; the file not
+
+
+def test_a_file_that_is_no_cluster_file_is_refused() -> None:
+    env = {"PSOP_ROLE": "ps", "PSOP_TASK_INDEX": "0"}
+    for text in ("[]", '{"cluster": {"ps": ["a:1"]}}', '{"address": "x:1", "tasks": {"ps": 1}}',
+                 '{"address": "x-{index}:1", "tasks": {"ps": -1}}'):  # fmt: skip
+        with pytest.raises(ValueError):
+            contract.tf_config_from_file(text, env)
 
 
 def test_the_runtime_composes_from_the_file_the_tf_config_the_environment_would_have_held() -> None:

@@ -104,7 +104,9 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
 
     roles = [Role.CHIEF, Role.PS, Role.WORKER] + ([Role.EVALUATOR] if spec.evaluator else [])
     # The ConfigMap first: pods that mount it wait for it.
-    children: list[Manifest] = [] if inline else [render_tf_config_map(name, namespace, cluster)]
+    children: list[Manifest] = (
+        [] if inline else [render_tf_config_map(name, namespace, replicas, spec.port, opts.cluster_domain)]
+    )
     children += [render_service(name, namespace, role, spec.port) for role in roles]
 
     for role, role_spec in ((Role.PS, spec.ps), (Role.WORKER, spec.worker)):

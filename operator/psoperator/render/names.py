@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from psoperator import GROUP
-from psoperator.contract import Role
+from psoperator.contract import INDEX_FIELD, ROLE_FIELD, Role, task_address_of
 
 APP_NAME = "pstrainingjob"
 MANAGER = "ps-training-operator"
@@ -35,10 +35,15 @@ def pod_hostname(job_name: str, role: Role, index: int) -> str:
     return f"{child_name(job_name, role)}-{index}"
 
 
+def task_address_pattern(job_name: str, namespace: str, port: int, domain: str) -> str:
+    """Every task's address, `<pod_hostname>.<child_name>.<namespace>.svc.<domain>:<port>`
+    (resolvable through the role's headless Service), its role and index left as contract's fields."""
+    service = f"{job_name}-{ROLE_FIELD}"
+    return f"{service}-{INDEX_FIELD}.{service}.{namespace}.svc.{domain}:{port}"
+
+
 def task_address(job_name: str, namespace: str, role: Role, index: int, port: int, domain: str) -> str:
-    """`<pod-hostname>.<service>.<namespace>.svc.<domain>:<port>`, resolvable through the headless Service."""
-    host = pod_hostname(job_name, role, index)
-    return f"{host}.{child_name(job_name, role)}.{namespace}.svc.{domain}:{port}"
+    return task_address_of(task_address_pattern(job_name, namespace, port, domain), role.value, index)
 
 
 def tf_config_map_name(job_name: str) -> str:

@@ -6,16 +6,22 @@ value references `$(PSOP_TASK_INDEX)`, which the kubelet expands from the pod's 
 
 A cluster whose TF_CONFIG exceeds contract.TF_CONFIG_ENV_LIMIT goes into one ConfigMap instead,
 mounted in every container (PSOP_TF_CONFIG_FILE names the file): the runtime composes TF_CONFIG
-from it (contract.tf_config_from_file). A ConfigMap holds at most 1 MiB: about 14,000 tasks whose
-addresses are 70 characters long; beyond, the API server refuses it and a ChildRejected event says so.
+from it (contract.tf_config_from_file). The file holds each role's task count and one address
+pattern, not the addresses: a few hundred bytes for the largest job the CRD admits.
 """
 
 from __future__ import annotations
 
 import json
 
-from psoperator.contract import CLUSTER_ROLES, ENV_TASK_INDEX, TF_CONFIG_ENV_LIMIT, Role
-from psoperator.render.names import TF_CONFIG_FILE, job_labels, task_address, tf_config_map_name
+from psoperator.contract import CLUSTER_ROLES, ENV_TASK_INDEX, TF_CONFIG_ENV_LIMIT, Role, cluster_file_text
+from psoperator.render.names import (
+    TF_CONFIG_FILE,
+    job_labels,
+    task_address,
+    task_address_pattern,
+    tf_config_map_name,
+)
 from psoperator.render.pod import Manifest
 
 INDEX_REFERENCE = f"$({ENV_TASK_INDEX})"
@@ -48,8 +54,12 @@ def fits_environment(cluster: dict[str, list[str]]) -> bool:
     return len(tf_config(cluster, Role.WORKER, None).encode()) <= TF_CONFIG_ENV_LIMIT
 
 
-def render_tf_config_map(job_name: str, namespace: str, cluster: dict[str, list[str]]) -> Manifest:
+def render_tf_config_map(
+    job_name: str, namespace: str, replicas: dict[Role, int], port: int, domain: str
+) -> Manifest:
     """The cluster of a job too large for the environment, as the file every task reads."""
+    tasks = {role.value: replicas[role] for role in CLUSTER_ROLES}
+    pattern = task_address_pattern(job_name, namespace, port, domain)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -58,5 +68,5 @@ def render_tf_config_map(job_name: str, namespace: str, cluster: dict[str, list[
             "namespace": namespace,
             "labels": job_labels(job_name, "tf-config"),
         },
-        "data": {TF_CONFIG_FILE: json.dumps({"cluster": cluster}, sort_keys=True, separators=(",", ":"))},
+        "data": {TF_CONFIG_FILE: cluster_file_text(tasks, pattern)},
     }
