@@ -482,15 +482,24 @@ async def _decide(
     return Decision(plan, report, changes, result, now)
 
 
+def never_acted_on(seen: Snapshot | None) -> bool:
+    """A job with no status has no children of ours: every reconcile writes the status before it
+    creates anything. Deciding on it needs no fresh read: its status write names the version it was
+    decided on, and the API server refuses it (StaleJob) if another writer came first."""
+    return seen is not None and not seen.job.get("status")
+
+
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
     """Decide from the cache; read fresh and decide again before acting, or when the job's last
-    fresh read is older than `fresh_read_seconds` (or it has none: a new loop)."""
+    fresh read is older than `fresh_read_seconds` (or it has none: a new loop), unless the job was
+    never acted on."""
     started = time.monotonic()
     key = (namespace, name)
     seen = state.cache.snapshot(key)
     fresh = seen is None or started - state.cache.read_at.get(key, -math.inf) >= state.fresh_read_seconds
+    fresh = fresh and not never_acted_on(seen)
     if fresh:
         seen = await _read_fresh(state, key)
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
@@ -501,7 +510,7 @@ async def reconcile_once(
         wait = STATUS_SPACING_SECONDS - since_write
         requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
         return replace(decision.plan, requeue_after=requeue)
-    if not fresh and not decision.quiet:
+    if not fresh and not decision.quiet and not never_acted_on(seen):
         seen = await _read_fresh(state, key)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None

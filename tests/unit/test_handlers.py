@@ -496,3 +496,25 @@ def test_a_restarts_pod_deletions_go_out_at_once() -> None:
     assert sorted(path for _, path in kube.calls) == [
         f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")
     ]
+
+
+def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is_read_fresh() -> None:
+    """A new job (no status: nothing of ours exists) gets its status and children without a read;
+    once it has a status, a reconcile that acts reads the job and its children first."""
+    new = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    written = new | {"metadata": {**new["metadata"], "resourceVersion": "8"}, "status": {"phase": "Pending"}}
+
+    def first_reconcile(job: Any) -> list[tuple[str, str]]:
+        kube = RecordingKube()
+        kube.wire.answers = [written]  # the status write's answer; then every request gets {}
+        state = handlers.OperatorState(kube, Metrics())
+        state.cache.job_seen("team-a", "ctr", job)
+        asyncio.run(handlers.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        return kube.calls
+
+    calls = first_reconcile(new)
+    assert [method for method, _ in calls if method == "GET"] == []
+    assert calls[0] == ("PATCH", f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr/status")
+    assert len([method for method, _ in calls if method == "POST"]) == len(render_children(new))
+    acted_on = first_reconcile(builders.with_status(new, phase="Pending"))
+    assert acted_on[0] == ("GET", f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr")
