@@ -498,8 +498,9 @@ async def reconcile_once(
     started = time.monotonic()
     key = (namespace, name)
     seen = state.cache.snapshot(key)
-    fresh = seen is None or started - state.cache.read_at.get(key, -math.inf) >= state.fresh_read_seconds
-    fresh = fresh and not never_acted_on(seen)
+    new = never_acted_on(seen)  # decided and acted on from the watch alone
+    due = seen is None or started - state.cache.read_at.get(key, -math.inf) >= state.fresh_read_seconds
+    fresh = due and not new
     if fresh:
         seen = await _read_fresh(state, key)
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
@@ -510,7 +511,7 @@ async def reconcile_once(
         wait = STATUS_SPACING_SECONDS - since_write
         requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
         return replace(decision.plan, requeue_after=requeue)
-    if not fresh and not decision.quiet and not never_acted_on(seen):
+    if not fresh and not new and not decision.quiet:
         seen = await _read_fresh(state, key)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None
