@@ -1,10 +1,9 @@
 """The cluster the e2e tests run against: reaching the one of KUBECONFIG or bringing up e2e/cluster's
-(skipped on a workstation and failed in CI when neither can be had), whether its nodes are KWOK's,
+(conftest's `kubeconfig`; util.unavailable when neither can be had), whether its nodes are KWOK's,
 the PSTrainingJob CRD applied to it, and the names of the tests' namespaces."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import uuid
@@ -30,18 +29,7 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 UP_TIMEOUT = 300.0
 
 
-def _in_ci() -> bool:
-    return bool(os.environ.get("CI"))
-
-
-def _unavailable(reason: str) -> None:
-    """Without a cluster: fail in CI, where the suite must really run; skip on a workstation."""
-    if _in_ci():
-        pytest.fail(f"e2e cluster unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"e2e cluster unavailable: {reason}")
-
-
-def _reachable(kubeconfig: str) -> bool:
+def reachable(kubeconfig: str) -> bool:
     try:
         api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     except Exception:
@@ -55,7 +43,7 @@ def _reachable(kubeconfig: str) -> bool:
         api.close()
 
 
-def _cluster_sh(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def cluster_sh(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(CLUSTER_SH), *args],
         capture_output=True,
@@ -116,6 +104,6 @@ def apply_crd(kubeconfig: Path, k8s: client.ApiClient) -> str:
     return name
 
 
-def _namespace_name(test_name: str) -> str:
+def namespace_name(test_name: str) -> str:
     stem = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
     return f"e2e-{stem}-{uuid.uuid4().hex[:6]}"

@@ -33,33 +33,33 @@ from e2e.accounts import chart_account_kubeconfig
 from e2e.clusters import (
     CONTROL_PLANE_BINARIES,
     UP_TIMEOUT,
-    _cluster_sh,
-    _namespace_name,
-    _reachable,
-    _unavailable,
     apply_crd,
+    cluster_sh,
     is_simulated,
+    namespace_name,
+    reachable,
 )
 from e2e.operator_process import OperatorProcess
-from e2e.util import CACHE, wait_for
+from e2e.util import CACHE, unavailable, wait_for
 
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[Path]:
     given = os.environ.get("KUBECONFIG")
-    if given and _reachable(given):
+    if given and reachable(given):
         yield Path(given)
         return
     missing = [b for b in CONTROL_PLANE_BINARIES if not (CACHE / "bin" / b).exists()]
     if missing:
-        _unavailable(
-            f"KUBECONFIG={given or '(unset)'} is not reachable and {', '.join(missing)} not built in "
-            f"{CACHE / 'bin'}; run e2e/cluster/cluster.sh build (tens of minutes the first time)"
+        unavailable(
+            f"e2e cluster unavailable: KUBECONFIG={given or '(unset)'} is not reachable and "
+            f"{', '.join(missing)} not built in {CACHE / 'bin'}; run e2e/cluster/cluster.sh build (tens of "
+            "minutes the first time)"
         )
-    path = _cluster_sh("kubeconfig", timeout=30).stdout.strip()
-    already_up = bool(path) and _reachable(path)
+    path = cluster_sh("kubeconfig", timeout=30).stdout.strip()
+    already_up = bool(path) and reachable(path)
     # Also when it runs: `up` is idempotent and recreates a cluster made from an older configuration.
-    result = _cluster_sh("up", timeout=UP_TIMEOUT)
+    result = cluster_sh("up", timeout=UP_TIMEOUT)
     if result.returncode != 0:
         pytest.fail(
             f"e2e/cluster/cluster.sh up failed ({result.returncode}):\n{result.stderr[-4000:]}",
@@ -68,7 +68,7 @@ def kubeconfig() -> Iterator[Path]:
     path = result.stdout.strip().splitlines()[-1]
     yield Path(path)
     if not already_up and not os.environ.get("PSOPERATOR_KEEP_CLUSTER"):
-        _cluster_sh("down", timeout=120)
+        cluster_sh("down", timeout=120)
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +106,7 @@ def crd(kubeconfig: Path, k8s: client.ApiClient) -> str:
 @pytest.fixture
 def namespace(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     core = client.CoreV1Api(k8s)
-    name = _namespace_name(request.node.name)
+    name = namespace_name(request.node.name)
     core.create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"psoperator.io/e2e": "true"}))
     )

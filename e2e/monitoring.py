@@ -4,7 +4,6 @@ and Prometheus (built by e2e/cluster/build.sh into the cache)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from e2e.util import CACHE, free_port, wait_for
+from e2e.util import CACHE, free_port, unavailable, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "ps-training-operator"
@@ -36,9 +34,7 @@ def tool(name: str) -> str:
     found = str(cached) if cached.exists() else shutil.which(name)
     if found is None:
         reason = f"{name} not found in {cached.parent} or on PATH: run e2e/cluster/cluster.sh build"
-        if os.environ.get("CI"):
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+        unavailable(reason)
     return found
 
 

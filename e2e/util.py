@@ -1,5 +1,6 @@
 """Small helpers shared by the e2e tests: polling with a deadline, objects as JSON, free ports,
-where the repository is and where the built binaries and images are cached."""
+where the repository is and where the built binaries and images are cached, and what to do when
+something a test needs cannot be had."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psutil
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -19,6 +21,14 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 # The binaries, images and clusters of e2e/cluster/*.sh and images/build.sh (their CACHE).
 CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
+
+
+def unavailable(reason: str) -> NoReturn:
+    """What a test needs cannot be had: fail in CI (env CI set), where the suite must really run;
+    skip on a workstation."""
+    if os.environ.get("CI"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
 
 
 class WaitTimeout(AssertionError):

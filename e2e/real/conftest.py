@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from e2e.clusters import CLUSTER_SH, _unavailable
+from e2e.clusters import CLUSTER_SH
 from e2e.kubectl import kubectl
 from e2e.real.example import TRAINER_IMAGE
-from e2e.util import CACHE, REPO, as_json, wait_for
+from e2e.util import CACHE, REPO, as_json, unavailable, wait_for
 
 REALNODE_SH = REPO / "e2e" / "cluster" / "realnode.sh"
 BUILD_IMAGES = REPO / "images" / "build.sh"
@@ -111,7 +111,7 @@ def _missing() -> str | None:
 def kubeconfig() -> Iterator[Path]:
     reason = _missing()
     if reason:
-        _unavailable(reason)
+        unavailable(f"e2e cluster unavailable: {reason}")
     started = time.monotonic()
     path = Path(run("bash", CLUSTER_SH, "up", "--real", timeout=900, log="cluster-up.log").splitlines()[-1])
     FIGURES.record("real cluster up", time.monotonic() - started, "s")

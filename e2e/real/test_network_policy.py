@@ -23,12 +23,11 @@ import yaml
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.clusters import _unavailable
 from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import _http_ok
 from e2e.real import example
 from e2e.real.conftest import LOGS, OPERATOR_IMAGE, Figures
-from e2e.util import CACHE, as_json, free_port, wait_for
+from e2e.util import CACHE, as_json, free_port, unavailable, wait_for
 
 ENFORCER = CACHE / "bin" / "kube-network-policies"
 ENFORCER_LOG = LOGS / "kube-network-policies.log"
@@ -102,7 +101,7 @@ def enforcer(
     if refused:  # the host's kernel, not a missing install: nothing to fix here (nor built)
         pytest.skip(f"this kernel has no nftables queue, which kube-network-policies needs: {refused}")
     if not ENFORCER.exists():
-        _unavailable(f"{ENFORCER} is not built (e2e/cluster/cluster.sh build)")
+        unavailable(f"{ENFORCER} is not built (e2e/cluster/cluster.sh build)")
     secrets = tmp_path_factory.mktemp("enforcer")
     env = {**os.environ, **_secrets(kubeconfig, secrets)}
     [node] = [n["metadata"]["name"] for n in as_json(k8s, client.CoreV1Api(k8s).list_node())["items"]]
