@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.util import CACHE
+from e2e.paths import CACHE
 from psoperator import crd
 from psoperator.contract import METRICS_PATH
 from psoperator.render import render_children
@@ -76,15 +76,15 @@ def test_lint_passes(helm: str) -> None:
 
 
 def test_chart_metadata() -> None:
-    chart = chart_yaml()
-    assert chart["kubeVersion"] == ">=1.28.0-0"
-    assert chart["appVersion"] == metadata.version("psoperator"), "bump appVersion with the package"
+    assert chart_yaml()["appVersion"] == metadata.version("psoperator"), "bump appVersion with the package"
 
 
-def test_clusters_older_than_1_28_are_refused(helm: str) -> None:
-    result = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", "1.27.9")
-    assert result.returncode != 0
-    assert "kubeVersion" in result.stderr
+def test_template_renders_without_a_kube_version(helm: str) -> None:
+    """As GitOps tools and users render it. Helm's offline default version (v1.20.0 for a Helm built
+    from source) is no cluster's: the chart's version guard checks only a cluster it talks to."""
+    result = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE)
+    assert result.returncode == 0, result.stderr
+    assert "kind: Deployment" in result.stdout
 
 
 def test_default_objects(helm: str) -> None:

@@ -94,3 +94,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
 {{- end }}
+
+{{/*
+Kubernetes 1.28 or newer (the pods' index label, see README): checked where Helm talks to a cluster
+(install, upgrade, `--dry-run=server`), whose version Helm reads from the API server. A `kubeVersion`
+in Chart.yaml would also be checked by `helm template` and `helm lint` against Helm's offline default
+(v1.20.0 in a Helm built from source), and refuse to render there; `lookup` answers nothing offline.
+*/}}
+{{- define "psoperator.requireKubeVersion" -}}
+{{- $minimum := "1.28.0-0" }}
+{{- if and (lookup "v1" "Namespace" "" "kube-system") (semverCompare (printf "<%s" $minimum) .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "ps-training-operator needs Kubernetes >= 1.28; this cluster serves %s" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}
