@@ -10,7 +10,7 @@ import yaml
 from kubernetes import client
 
 from e2e.kubectl import kubectl
-from e2e.util import CACHE, REPO
+from e2e.paths import CACHE, REPO
 
 CHART = REPO / "charts" / "ps-training-operator"
 CHART_NAMESPACE = "psoperator-system"

@@ -13,7 +13,8 @@ import pytest
 from kubernetes import client, config
 
 from e2e.kubectl import _kubectl
-from e2e.util import REPO, as_json, wait_for
+from e2e.paths import REPO
+from e2e.util import as_json, wait_for
 
 CLUSTER_SH = REPO / "e2e" / "cluster" / "cluster.sh"
 CRD_FILE = REPO / "crds" / "psoperator.io_pstrainingjobs.yaml"

@@ -40,7 +40,8 @@ from e2e.clusters import (
     reachable,
 )
 from e2e.operator_process import OperatorProcess
-from e2e.util import CACHE, unavailable, wait_for
+from e2e.paths import CACHE
+from e2e.util import unavailable, wait_for
 
 
 @pytest.fixture(scope="session")

@@ -23,8 +23,9 @@ if [ "${1:-}" = "down" ]; then
   exec e2e/cluster/cluster.sh down --real
 fi
 
-log "installing the Python package (the example's manifests are shaped for this machine by it)"
-python3 -m pip install --quiet --disable-pip-version-check -e .
+log "the project's virtual environment (.venv): the base package, which shapes the example's manifests for this machine"
+. e2e/venv.sh
+project_venv -e .
 
 log "starting the control plane and the real node (the first run builds Kubernetes from source)"
 KUBECONFIG="$(e2e/cluster/cluster.sh up --real)"
@@ -49,7 +50,7 @@ log "applying examples/ctr-job.yaml ($STEPS steps, 2-core sizes, checkpoints on 
 kubectl delete psjob ctr -n "$JOB_NS" --ignore-not-found --wait >/dev/null
 kubectl delete pv "$JOB_NS-ctr-checkpoints" --ignore-not-found --wait >/dev/null
 rm -rf "$CACHE/real/volumes/$JOB_NS"
-python3 -m e2e.real.example --namespace "$JOB_NS" --steps "$STEPS" | kubectl apply -n "$JOB_NS" -f -
+python -m e2e.real.example --namespace "$JOB_NS" --steps "$STEPS" | kubectl apply -n "$JOB_NS" -f -
 
 log "training (kubectl get psjob every 15 s until it ends)"
 for _ in $(seq 120); do

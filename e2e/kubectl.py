@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.util import CACHE
+from e2e.paths import CACHE
 
 
 def _kubectl() -> str:

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from e2e.util import CACHE, free_port, unavailable, wait_for
+from e2e.paths import CACHE
+from e2e.util import free_port, unavailable, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "ps-training-operator"

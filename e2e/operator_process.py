@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.util import REPO, free_port, wait_for
+from e2e.paths import REPO
+from e2e.util import free_port, wait_for
 
 OPERATOR_READY_TIMEOUT = 60.0
 

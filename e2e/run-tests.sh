@@ -6,6 +6,7 @@
 # "no tests ran".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. e2e/venv.sh
 
 STEPS=()
 step() {  # name command...: runs a step and records how long it took
@@ -35,8 +36,8 @@ system_packages() {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-python_packages() {
-  python3 -m pip install --quiet --disable-pip-version-check -e '.[operator,dev]' -e images/trainer
+python_packages() {  # into the project's virtual environment (e2e/venv.sh), put first on PATH
+  project_venv -e '.[operator,dev]' -e images/trainer
 }
 
 lint() {
@@ -48,7 +49,7 @@ lint() {
 
 pytest_all() {
   local status=0
-  python3 -m pytest "$@" || status=$?
+  python -m pytest "$@" || status=$?
   if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure" >&2
     return 1

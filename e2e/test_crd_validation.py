@@ -16,7 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.bad_input import CREATE, UPDATE, BadInput, Obj, manifest
-from e2e.util import CACHE, wait_for
+from e2e.paths import CACHE
+from e2e.util import wait_for
 
 pytestmark = pytest.mark.cluster
 

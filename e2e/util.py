@@ -1,6 +1,5 @@
-"""Small helpers shared by the e2e tests: polling with a deadline, objects as JSON, free ports,
-where the repository is and where the built binaries and images are cached, and what to do when
-something a test needs cannot be had."""
+"""Small helpers shared by the e2e tests: polling with a deadline, objects as JSON, free ports, and
+what to do when something a test needs cannot be had (where things are: e2e/paths.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import psutil
@@ -17,10 +15,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
-# The root of the repository these tests are in.
-REPO = Path(__file__).resolve().parent.parent
-# The binaries, images and clusters of e2e/cluster/*.sh and images/build.sh (their CACHE).
-CACHE = Path(os.environ.get("PSOPERATOR_CACHE", Path.home() / ".cache" / "psoperator"))
 
 
 def unavailable(reason: str) -> NoReturn:

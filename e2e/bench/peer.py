@@ -37,8 +37,9 @@ from e2e.accounts import token_kubeconfig
 from e2e.bench.podwatch import PodLabels
 from e2e.kubectl import kubectl
 from e2e.operator_process import OperatorProcess
+from e2e.paths import CACHE, REPO
 from e2e.psjobs import IMAGE
-from e2e.util import CACHE, REPO, free_port
+from e2e.util import free_port
 
 MODULE = "github.com/kubeflow/training-operator"
 BINARY = CACHE / "bin" / "training-operator"

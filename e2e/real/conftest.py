@@ -28,8 +28,9 @@ from kubernetes import client, config
 
 from e2e.clusters import CLUSTER_SH
 from e2e.kubectl import kubectl
+from e2e.paths import CACHE, REPO
 from e2e.real.example import TRAINER_IMAGE
-from e2e.util import CACHE, REPO, as_json, unavailable, wait_for
+from e2e.util import as_json, unavailable, wait_for
 
 REALNODE_SH = REPO / "e2e" / "cluster" / "realnode.sh"
 BUILD_IMAGES = REPO / "images" / "build.sh"

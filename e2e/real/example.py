@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from e2e.util import CACHE
+from e2e.paths import CACHE
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ctr-job.yaml"

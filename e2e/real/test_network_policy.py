@@ -25,9 +25,10 @@ from kubernetes import client
 from e2e import psjobs
 from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import _http_ok
+from e2e.paths import CACHE
 from e2e.real import example
 from e2e.real.conftest import LOGS, OPERATOR_IMAGE, Figures
-from e2e.util import CACHE, as_json, free_port, unavailable, wait_for
+from e2e.util import as_json, free_port, unavailable, wait_for
 
 ENFORCER = CACHE / "bin" / "kube-network-policies"
 ENFORCER_LOG = LOGS / "kube-network-policies.log"
