@@ -44,7 +44,7 @@ lint() {
   ruff check .
   ruff format --check .
   mypy
-  hadolint Dockerfile images/trainer/Dockerfile
+  hadolint Dockerfile images/trainer/Dockerfile examples/plain-tf/Dockerfile
 }
 
 pytest_all() {

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds the operator and trainer images on a machine that reaches no container registry: a Debian
-# base made here with mmdebstrap (reused while its inputs are unchanged), then both Dockerfiles on
-# it, with the host's CA bundle as a BuildKit secret (for a TLS-intercepting proxy in front of PyPI).
-#   images/build.sh         build (or reuse) the base and both images
+# Builds the operator and trainer images, and the plain TensorFlow example's (examples/plain-tf),
+# on a machine that reaches no container registry: a Debian base made here with mmdebstrap (reused
+# while its inputs are unchanged), then the three Dockerfiles on it, with the host's CA bundle as a BuildKit secret (for a TLS-intercepting proxy in front of PyPI).
+#   images/build.sh         build (or reuse) the base and the images
 #   images/build.sh save    the same, then `docker save` each image into the cache and print the
 #                           archive paths on stdout, for `ctr -n k8s.io images import <path>`
 # Progress goes to stderr, ending with a table of each step's seconds and each image's size.
-# Environment: PSOPERATOR_CACHE (~/.cache/psoperator), PSOPERATOR_OPERATOR_IMAGE and
-# PSOPERATOR_TRAINER_IMAGE (the tags), PSOPERATOR_TENSORFLOW (the pip requirement installed in the
-# trainer, whose base has none), PSOPERATOR_CACERT (the CA bundle given as secret), DOCKER.
+# Environment: PSOPERATOR_CACHE (~/.cache/psoperator), PSOPERATOR_OPERATOR_IMAGE,
+# PSOPERATOR_TRAINER_IMAGE and PSOPERATOR_PLAIN_TF_IMAGE (the tags), PSOPERATOR_TENSORFLOW (the pip
+# requirement installed in the trainer and the example, whose base has none), PSOPERATOR_CACERT (the CA bundle given as secret), DOCKER.
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 # The image names e2e/real reads from the same variables.
 OPERATOR_IMAGE=${PSOPERATOR_OPERATOR_IMAGE:-ps-training-operator:dev}
 TRAINER_IMAGE=${PSOPERATOR_TRAINER_IMAGE:-ps-training-operator/trainer:dev}
+PLAIN_TF_IMAGE=${PSOPERATOR_PLAIN_TF_IMAGE:-ps-training-operator/plain-tf:dev}
 TENSORFLOW=${PSOPERATOR_TENSORFLOW:-tensorflow-cpu==2.21.0}
 CACERT=${PSOPERATOR_CACERT:-/etc/ssl/certs/ca-certificates.crt}
 CACHE=${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}/images
@@ -83,14 +84,14 @@ make_base() {
 }
 
 # build_image TAG DOCKERFILE [BUILD ARGS...]: the daemon runs with no bridge, hence --network=host.
-build_image() {
-  local tag=$1 dockerfile=$2
-  shift 2
+build_image() {  # tag dockerfile context [docker build options...]
+  local tag=$1 dockerfile=$2 context=$3
+  shift 3
   local secret=()
   if [ -r "$CACERT" ]; then secret=(--secret "id=cacert,src=$CACERT"); fi
   log "building $tag from $dockerfile"
   DOCKER_BUILDKIT=1 "$DOCKER" build --network=host --progress=plain "${secret[@]}" "$@" \
-    -f "$dockerfile" -t "$tag" . >&2
+    -f "$dockerfile" -t "$tag" "$context" >&2
 }
 
 ARCHIVES=()
@@ -117,7 +118,7 @@ report() {
     printf '\n%-60s %10s\n' step seconds
     for i in "${!STEPS[@]}"; do printf '%-60s %10s\n' "${STEPS[$i]}" "${SECONDS_TAKEN[$i]}"; done
     printf '\n%-60s %10s\n' image size
-    for tag in "$BASE_IMAGE" "$OPERATOR_IMAGE" "$TRAINER_IMAGE"; do
+    for tag in "$BASE_IMAGE" "$OPERATOR_IMAGE" "$TRAINER_IMAGE" "$PLAIN_TF_IMAGE"; do
       printf '%-60s %10s\n' "$tag" "$(megabytes "$("$DOCKER" image inspect -f '{{.Size}}' "$tag")")"
     done
     for archive in "${ARCHIVES[@]}"; do
@@ -143,13 +144,16 @@ exec 9>"$CACHE/build.lock"
 flock 9
 
 timed "base $BASE_IMAGE" make_base
-timed "operator $OPERATOR_IMAGE" build_image "$OPERATOR_IMAGE" Dockerfile \
+timed "operator $OPERATOR_IMAGE" build_image "$OPERATOR_IMAGE" Dockerfile . \
   --build-arg "PYTHON_IMAGE=$BASE_IMAGE"
-timed "trainer $TRAINER_IMAGE" build_image "$TRAINER_IMAGE" images/trainer/Dockerfile \
+timed "trainer $TRAINER_IMAGE" build_image "$TRAINER_IMAGE" images/trainer/Dockerfile . \
   --build-arg "TF_IMAGE=$BASE_IMAGE" --build-arg "TENSORFLOW=$TENSORFLOW"
+timed "plain TensorFlow example $PLAIN_TF_IMAGE" build_image "$PLAIN_TF_IMAGE" examples/plain-tf/Dockerfile \
+  examples/plain-tf --build-arg "TF_IMAGE=$BASE_IMAGE" --build-arg "TENSORFLOW=$TENSORFLOW"
 if [ "${1:-build}" = save ]; then
   timed "save $OPERATOR_IMAGE" save_image "$OPERATOR_IMAGE"
   timed "save $TRAINER_IMAGE" save_image "$TRAINER_IMAGE"
+  timed "save $PLAIN_TF_IMAGE" save_image "$PLAIN_TF_IMAGE"
 fi
 report
 if [ "${#ARCHIVES[@]}" -gt 0 ]; then printf '%s\n' "${ARCHIVES[@]}"; fi

@@ -3,7 +3,7 @@ two images built from the repository's Dockerfiles, and the operator installed w
 
   kubeconfig  (session)  overrides e2e's: the real-kubelet cluster, brought up once
   k8s         (session)  an API client for it
-  images      (session)  both images built (images/build.sh) and loaded into the node's containerd
+  images      (session)  the images built (images/build.sh) and loaded into the node's containerd
   release     (session)  `helm install` of the chart with the built operator image, in-cluster,
                          Pod Security `restricted` enforced on its namespace; Deployment Available
   figures     (session)  measured figures, printed as a table at the end of the run
@@ -29,7 +29,7 @@ from kubernetes import client, config
 from e2e.clusters import CLUSTER_SH
 from e2e.kubectl import kubectl
 from e2e.paths import CACHE, REPO
-from e2e.real.example import TRAINER_IMAGE
+from e2e.real.example import PLAIN_TF_IMAGE, TRAINER_IMAGE
 from e2e.util import as_json, unavailable, wait_for
 
 REALNODE_SH = REPO / "e2e" / "cluster" / "realnode.sh"
@@ -138,17 +138,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def images(kubeconfig: Path) -> dict[str, str]:
-    """Both images, built here from the Dockerfiles and loaded into the node; their sizes recorded."""
+    """The images, built here from the Dockerfiles and loaded into the node; their sizes recorded."""
+    built = {"operator": OPERATOR_IMAGE, "trainer": TRAINER_IMAGE, "plain-tf": PLAIN_TF_IMAGE}
     started = time.monotonic()
     run("bash", BUILD_IMAGES, timeout=2400, log="images-build.log")
     FIGURES.record("images built (cached layers reused)", time.monotonic() - started, "s")
     started = time.monotonic()
-    run("bash", REALNODE_SH, "load", OPERATOR_IMAGE, TRAINER_IMAGE, timeout=900, log="images-load.log")
+    run("bash", REALNODE_SH, "load", *built.values(), timeout=900, log="images-load.log")
     FIGURES.record("images loaded into the node", time.monotonic() - started, "s")
-    for image in (OPERATOR_IMAGE, TRAINER_IMAGE):
+    for image in built.values():
         size = int(run("docker", "image", "inspect", "-f", "{{.Size}}", image).strip())
         FIGURES.record(f"image size {image}", size / 2**20, "MiB")
-    return {"operator": OPERATOR_IMAGE, "trainer": TRAINER_IMAGE}
+    return built
 
 
 def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:

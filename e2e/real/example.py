@@ -1,7 +1,8 @@
-"""examples/ctr-job.yaml as it runs on this machine's one real node, for the tests and e2e/demo.sh.
+"""examples/ctr-job.yaml (and examples/plain-tf/job.yaml) as they run on this machine's one real
+node, for the tests and e2e/demo.sh.
 
-The example is applied as a user would, with three changes a 2-core machine needs: the locally built
-trainer image, small resource requests (the example asks for whole cores and GiB per role), and
+The examples are applied as a user would, with three changes a 2-core machine needs: the locally
+built image, small resource requests (the examples ask for whole cores and GiB per role), and
 fewer steps. Its checkpoint claim binds to a hostPath PersistentVolume made here: on one node every
 pod shares it, as a ReadWriteMany volume from a storage class (NFS, EFS, Filestore) does on a real
 cluster.
@@ -23,8 +24,10 @@ from e2e.paths import CACHE
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ctr-job.yaml"
+PLAIN_TF_EXAMPLE = REPO / "examples" / "plain-tf" / "job.yaml"
 VOLUMES = CACHE / "real" / "volumes"
 TRAINER_IMAGE = os.environ.get("PSOPERATOR_TRAINER_IMAGE", "ps-training-operator/trainer:dev")
+PLAIN_TF_IMAGE = os.environ.get("PSOPERATOR_PLAIN_TF_IMAGE", "ps-training-operator/plain-tf:dev")
 CHECKPOINT_STEPS = 100
 MEMORY = {"chief": "512Mi", "ps": "1Gi", "worker": "512Mi", "evaluator": "256Mi"}
 Obj = dict[str, Any]
@@ -37,17 +40,26 @@ def _small(template: Obj, memory: str) -> None:
         resources["limits"] = {k: v for k, v in resources.get("limits", {}).items() if k != "memory"}
 
 
+def _for_this_machine(path: Path, image: str, arg: str) -> tuple[list[Obj], Obj]:
+    """An example's documents (the claim, the job) with this machine's image and sizes, and the
+    chief's `--NAME=` argument replaced by `arg`; and the job's spec."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    spec = next(d for d in docs if d["kind"] == "PSTrainingJob")["spec"]
+    spec["image"] = image
+    chief = spec["chief"]["template"]["spec"]["containers"][0]
+    option = arg.split("=", 1)[0] + "="
+    chief["args"] = [a for a in chief.get("args", []) if not a.startswith(option)] + [arg]
+    for role, memory in MEMORY.items():
+        if role in spec:
+            _small(spec[role]["template"], memory)
+    return docs, spec
+
+
 def example_manifests(
     steps: int, ttl: int | None = None, checkpoint_steps: int = CHECKPOINT_STEPS
 ) -> list[Obj]:
-    """The example's documents (the claim, the job) with this machine's image, sizes and steps."""
-    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
-    spec = next(d for d in docs if d["kind"] == "PSTrainingJob")["spec"]
-    spec["image"] = TRAINER_IMAGE
-    chief = spec["chief"]["template"]["spec"]["containers"][0]
-    chief["args"] = [a for a in chief.get("args", []) if not a.startswith("--steps=")] + [f"--steps={steps}"]
-    for role, memory in MEMORY.items():
-        _small(spec[role]["template"], memory)
+    """examples/ctr-job.yaml's documents with this machine's image, sizes and steps."""
+    docs, spec = _for_this_machine(EXAMPLE, TRAINER_IMAGE, f"--steps={steps}")
     spec["checkpoint"]["intervalSteps"] = checkpoint_steps
     if ttl is not None:
         spec.setdefault("runPolicy", {})["ttlSecondsAfterFinished"] = ttl
@@ -73,13 +85,23 @@ def shared_volume(namespace: str, claim: str) -> Obj:
     }
 
 
+def with_volumes(namespace: str, docs: list[Obj]) -> list[Obj]:
+    """What to apply: the volume for each of the documents' claims, then the documents."""
+    claims = [d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    return [*(shared_volume(namespace, claim) for claim in claims), *docs]
+
+
 def manifests(
     namespace: str, steps: int, ttl: int | None = None, checkpoint_steps: int = CHECKPOINT_STEPS
 ) -> list[Obj]:
-    """What to apply: the volume for the example's claim, then the example's own documents."""
-    docs = example_manifests(steps, ttl, checkpoint_steps)
-    claims = [d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"]
-    return [*(shared_volume(namespace, claim) for claim in claims), *docs]
+    """What to apply for examples/ctr-job.yaml."""
+    return with_volumes(namespace, example_manifests(steps, ttl, checkpoint_steps))
+
+
+def plain_tf_manifests(namespace: str, epochs: int) -> list[Obj]:
+    """What to apply for examples/plain-tf/job.yaml, trained for `epochs` epochs."""
+    docs, _ = _for_this_machine(PLAIN_TF_EXAMPLE, PLAIN_TF_IMAGE, f"--epochs={epochs}")
+    return with_volumes(namespace, docs)
 
 
 def main() -> None:
