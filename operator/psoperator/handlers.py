@@ -152,6 +152,10 @@ class OperatorState:
     def leading(self) -> bool:
         return self.elector is None or self.elector.leading
 
+    def may_act(self) -> bool:
+        """Whether a loop may act now: no election, or the Lease renewed within its renew deadline."""
+        return self.elector is None or self.elector.holds(time.monotonic())
+
     def remember_departed(self, view: PodView) -> None:
         self.departed[view.uid] = view
         self.departed.move_to_end(view.uid)
@@ -525,6 +529,9 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
     job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
     plan = decision.plan
     namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
+    if not state.may_act():  # decided while the Lease ran out: the other replica acts now
+        logger.info("not acting: this replica's Lease is past its renew deadline")
+        return
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         version = job["metadata"]["resourceVersion"]

@@ -26,6 +26,7 @@ from psoperator.cache import Snapshot
 from psoperator.contract import PROGRESS_PATH
 from psoperator.draft import PodDeletion
 from psoperator.kube import LIST_PAGE, ApplyResult, ChildVerb
+from psoperator.leader import Election, Elector
 from psoperator.metrics import Metrics
 from psoperator.observe import slim_child
 from psoperator.readings import JobReading
@@ -496,6 +497,26 @@ def test_a_restarts_pod_deletions_go_out_at_once() -> None:
     assert sorted(path for _, path in kube.calls) == [
         f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")
     ]
+
+
+def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() -> None:
+    """A renew that hangs: the elector still leads until its step times out, but the standby may
+    take the Lease over then; a reconcile about to write, delete or create does nothing."""
+
+    async def nothing() -> None:
+        pass
+
+    kube = RecordingKube()
+    state = handlers.OperatorState(kube, Metrics())
+    state.elector = Elector(kube, Election("ops", "psop", 8), nothing, nothing)
+    state.elector.leading, state.elector.renewed = True, time.monotonic() - 6  # renew deadline: 5.3 s
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    plan = ReconcilePlan(
+        status={"phase": "Restarting"}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)]
+    )
+    decision = handlers.Decision(plan, None, [], ApplyResult(), datetime.now(UTC))
+    asyncio.run(handlers._act(state, Snapshot(job, [], []), decision, logging.getLogger("test")))
+    assert kube.calls == []
 
 
 def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is_read_fresh() -> None:
