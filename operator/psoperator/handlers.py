@@ -447,11 +447,13 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
 
 
 def _sync_inputs(job: Obj, plan: ReconcilePlan, children: list[Obj]) -> tuple[Any, ...]:
-    """All that decides which children to change: the job's version and the render options (the
-    rendered children), the plan's flags and what plan_children reads of the observed children."""
+    """All that decides which children to change: what the renderer reads of the job (besides its
+    uid, the key: its spec, by its generation; not its resourceVersion, which every status write
+    changes) and the render options, the plan's flags and what plan_children reads of the observed
+    children."""
     meta = job["metadata"]
     fingerprint = children_fingerprint(meta["uid"], children)
-    return (meta["resourceVersion"], plan.render, plan.create_missing, plan.hold_chief, fingerprint)
+    return (meta.get("generation"), plan.render, plan.create_missing, plan.hold_chief, fingerprint)
 
 
 async def _decide(

@@ -412,13 +412,39 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
     ]
     assert not decide(job, created).changes and len(renders) == 2
     assert not decide(job, created).changes and len(renders) == 2
-    [(version, _options, _create, _hold, fingerprint)] = state.in_sync.values()  # inputs, nothing rendered
-    assert version == "7" and len(fingerprint) == len(created)
+    [(generation, _options, _create, _hold, fingerprint)] = state.in_sync.values()  # nothing rendered
+    assert generation == 1 and len(fingerprint) == len(created)
     edited = copy.deepcopy(created)
     edited[0]["metadata"]["annotations"][ANNOTATION_HASH] = "edited by hand"
     assert [c.verb for c in decide(job, edited).changes] == [ChildVerb.PATCH] and len(renders) == 3
-    newer = job | {"metadata": {**job["metadata"], "resourceVersion": "8"}}
-    assert not decide(newer, created).changes and renders[-1] == "8"
+    respecified = job | {"metadata": {**job["metadata"], "resourceVersion": "8", "generation": 2}}
+    assert not decide(respecified, created).changes and renders[-1] == "8"
+
+
+def test_a_status_write_does_not_render_the_children_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every status write changes the job's resourceVersion, but the renderer reads only the job's
+    name, uid and spec (its generation): the next reconcile does not render."""
+    renders: list[str] = []
+
+    def counting_render(job: Any, options: RenderOptions) -> list[Any]:
+        renders.append(job["metadata"]["resourceVersion"])
+        return render_children(job, options)
+
+    monkeypatch.setattr(handlers, "render_children", counting_render)
+    state = handlers.OperatorState(RecordingKube(), Metrics())
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    created = [
+        slim_child(c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}})
+        for i, c in enumerate(render_children(job, RenderOptions()))
+    ]
+
+    def decide(seen_job: Any) -> handlers.Decision:
+        return asyncio.run(handlers._decide(state, Snapshot(seen_job, created, []), fresh=False))
+
+    assert not decide(job).changes and renders == ["7"]
+    written = builders.with_status(job, phase="Running", step=100)
+    written["metadata"]["resourceVersion"] = "8"
+    assert not decide(written).changes and renders == ["7"]
 
 
 def _free_port() -> int:
