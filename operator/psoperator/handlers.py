@@ -143,8 +143,12 @@ class OperatorState:
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.
     context: contextvars.Context | None = None
-    # Job uid -> the inputs with which its children were last found as rendered (_sync_inputs).
+    # Job uid -> the inputs with which its children were last found as rendered (_sync_inputs), or
+    # as near as they can be: what is left conflicts or was refused, and was told.
     in_sync: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Job uid -> the NameConflict and ChildRejected warnings its last changes told, as (reason,
+    # message): each is told once while it lasts, not at every resync.
+    told: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
     # Job uid -> its chief's refusals of the progress port in a row (polling.py).
     refusals: dict[str, polling.Refusals] = field(default_factory=dict)
 
@@ -293,6 +297,7 @@ async def job_changed(
         state.cache.forget(key)
         uid = str(body.metadata.get("uid"))
         state.in_sync.pop(uid, None)
+        state.told.pop(uid, None)
         state.refusals.pop(uid, None)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
@@ -397,6 +402,7 @@ class Decision:
     changes: list[ChildChange]
     planned: ApplyResult  # what planning the changes found already (the conflicts)
     now: datetime
+    inputs: tuple[Any, ...] | None = None  # what decided the changes (_sync_inputs)
 
     @property
     def quiet(self) -> bool:
@@ -485,7 +491,7 @@ async def _decide(
     )
     if not changes and not result.conflicts:
         state.in_sync[uid] = inputs
-    return Decision(plan, report, changes, result, now)
+    return Decision(plan, report, changes, result, now, inputs)
 
 
 def never_acted_on(seen: Snapshot | None) -> bool:
@@ -551,16 +557,26 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
     await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
     if decision.changes or decision.planned.conflicts:
         result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.planned)
-        for ref in result.conflicts:
-            kopf.warn(
-                job, reason="NameConflict", message=f"{ref} exists and is not owned by this job; left alone"
-            )
-        for ref in result.rejected:
-            kopf.warn(job, reason="ChildRejected", message=ref)
+        _tell_unmade(state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+
+
+def _tell_unmade(state: OperatorState, job: Any, decision: Decision, result: ApplyResult) -> None:
+    """Warn of the children that could not be made as rendered, each once while it lasts; and stay
+    quiet (no fresh read, no retry) until what decided the changes changes: the conflicting object
+    changes or goes away, or the job's spec or the plan does."""
+    uid = job["metadata"]["uid"]
+    message = "{} exists and is not owned by this job; left alone"
+    conflicts = [("NameConflict", message.format(ref)) for ref in result.conflicts]
+    unmade = frozenset(conflicts + [("ChildRejected", ref) for ref in result.rejected])
+    for reason, message in sorted(unmade - state.told.get(uid, frozenset())):
+        kopf.warn(job, reason=reason, message=message)
+    state.told[uid] = unmade
+    if unmade and decision.inputs is not None:
+        state.in_sync[uid] = decision.inputs
 
 
 def is_idle(plan: ReconcilePlan | None) -> bool:
