@@ -366,7 +366,7 @@ async def _progress(
     state: OperatorState, uid: str, observed: Observed, attempt: int
 ) -> ProgressReport | None:
     """The chief's report: its termination message once it ended, else from its progress port
-    unless the port refused lately (polling.py)."""
+    unless the port refused or did not answer lately (polling.py)."""
     chief = observed.chief_pod(attempt)
     if chief is None:
         return None
