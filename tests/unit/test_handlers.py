@@ -387,11 +387,8 @@ def test_an_unexpected_error_is_logged_with_its_traceback(caplog: pytest.LogCapt
     assert caplog.records[0].levelname == "ERROR" and caplog.records[0].exc_info is not None
 
 
-def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A Running job's reconciles render nothing while its version, the plan and the children's
-    owners, attempts and hashes stay the same; nothing rendered is kept for it."""
+def _counting_renders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job's resourceVersion at each of the handlers' render_children calls, as they come."""
     renders: list[str] = []
 
     def counting_render(job: Any, options: RenderOptions) -> list[Any]:
@@ -399,6 +396,21 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
         return render_children(job, options)
 
     monkeypatch.setattr(handlers, "render_children", counting_render)
+    return renders
+
+
+def _as_created(job: Any) -> list[Any]:
+    """The job's children as the API server returns them once created: each with its own uid."""
+    rendered = render_children(job, RenderOptions())
+    return [c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}} for i, c in enumerate(rendered)]
+
+
+def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Running job's reconciles render nothing while its spec (generation), the plan and the
+    children's owners, attempts and hashes stay the same; nothing rendered is kept for it."""
+    renders = _counting_renders(monkeypatch)
     state = handlers.OperatorState(RecordingKube(), Metrics())
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
 
@@ -406,10 +418,7 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
         return asyncio.run(handlers._decide(state, Snapshot(seen_job, children, []), fresh=False))
 
     assert decide(job, []).changes  # a new job: its children are to be created
-    created = [
-        slim_child(c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}})
-        for i, c in enumerate(render_children(job, RenderOptions()))
-    ]
+    created = [slim_child(c) for c in _as_created(job)]
     assert not decide(job, created).changes and len(renders) == 2
     assert not decide(job, created).changes and len(renders) == 2
     [(generation, _options, _create, _hold, fingerprint)] = state.in_sync.values()  # nothing rendered
@@ -424,19 +433,10 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
 def test_a_status_write_does_not_render_the_children_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every status write changes the job's resourceVersion, but the renderer reads only the job's
     name, uid and spec (its generation): the next reconcile does not render."""
-    renders: list[str] = []
-
-    def counting_render(job: Any, options: RenderOptions) -> list[Any]:
-        renders.append(job["metadata"]["resourceVersion"])
-        return render_children(job, options)
-
-    monkeypatch.setattr(handlers, "render_children", counting_render)
+    renders = _counting_renders(monkeypatch)
     state = handlers.OperatorState(RecordingKube(), Metrics())
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
-    created = [
-        slim_child(c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}})
-        for i, c in enumerate(render_children(job, RenderOptions()))
-    ]
+    created = [slim_child(c) for c in _as_created(job)]
 
     def decide(seen_job: Any) -> handlers.Decision:
         return asyncio.run(handlers._decide(state, Snapshot(seen_job, created, []), fresh=False))
@@ -588,9 +588,7 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
     job = builders.with_status(builders.job(), phase="Pending")
     job["metadata"]["resourceVersion"] = "7"
-    children = [
-        c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}} for i, c in enumerate(render_children(job))
-    ]
+    children = _as_created(job)
     service = next(c for c in children if c["kind"] == "Service")
     if unmade == "NameConflict":
         service["metadata"]["ownerReferences"] = [{"kind": "Deployment", "name": "web", "uid": "other"}]
