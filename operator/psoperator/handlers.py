@@ -481,7 +481,9 @@ async def _decide(
     if plan.render is None:
         return Decision(plan, report, [], ApplyResult(), now)
     uid, inputs = job["metadata"]["uid"], _sync_inputs(job, plan, seen.children)
-    if state.in_sync.get(uid) == inputs:
+    # A child that could not be made is tried again at a fresh read (every fresh_read_seconds at
+    # least): the object in its way may carry no job label, and then no watch sees it go.
+    if state.in_sync.get(uid) == inputs and not (fresh and state.told.get(uid)):
         # The same as when its children were last found as rendered: a Running job's reconciles
         # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
         return Decision(plan, report, [], ApplyResult(), now)
@@ -566,8 +568,8 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
 
 def _tell_unmade(state: OperatorState, job: Any, decision: Decision, result: ApplyResult) -> None:
     """Warn of the children that could not be made as rendered, each once while it lasts; and stay
-    quiet (no fresh read, no retry) until what decided the changes changes: the conflicting object
-    changes or goes away, or the job's spec or the plan does."""
+    quiet (no fresh read, no retry) until what decided the changes changes (the conflicting object
+    changes or goes away, the job's spec or the plan does) or the job's next fresh read."""
     uid = job["metadata"]["uid"]
     message = "{} exists and is not owned by this job; left alone"
     conflicts = [("NameConflict", message.format(ref)) for ref in result.conflicts]

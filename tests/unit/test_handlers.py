@@ -582,7 +582,7 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     """A Service of the job's name that another owner holds, or one whose create the API server
     refuses (422): the first reconcile tells it (one event); the next ones, while nothing changed,
     neither read fresh nor write nor tell again (at a 10 s resync, 8,640 events and 60,000 requests
-    a day otherwise)."""
+    a day otherwise) until the job's periodic fresh read (every 10 minutes)."""
     warnings: list[str] = []
     monkeypatch.setattr(kopf, "warn", lambda _job, reason, message: warnings.append(reason))
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
@@ -610,6 +610,11 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     reconcile()
     reconcile()
     assert warnings == [unmade] and kube.reads == reads and len(kube.wire.sent) == sent
+    # The job's periodic fresh read tries again (an object in the way without the job label is
+    # watched by no one), and tells nothing new.
+    state.cache.read_at.clear()
+    reconcile()
+    assert warnings == [unmade] and kube.reads == reads + 1
 
 
 def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is_read_fresh() -> None:
