@@ -143,14 +143,22 @@ class OperatorState:
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.
     context: contextvars.Context | None = None
-    # Job uid -> the inputs with which its children were last found as rendered (_sync_inputs).
+    # Job uid -> the inputs with which its children were last found as rendered (_sync_inputs), or
+    # as near as they can be: what is left conflicts or was refused, and was told.
     in_sync: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Job uid -> the NameConflict and ChildRejected warnings its last changes told, as (reason,
+    # message): each is told once while it lasts, not at every resync.
+    told: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
     # Job uid -> its chief's refusals of the progress port in a row (polling.py).
     refusals: dict[str, polling.Refusals] = field(default_factory=dict)
 
     @property
     def leading(self) -> bool:
         return self.elector is None or self.elector.leading
+
+    def may_act(self) -> bool:
+        """Whether a loop may act now: no election, or the Lease renewed within its renew deadline."""
+        return self.elector is None or self.elector.holds(time.monotonic())
 
     def remember_departed(self, view: PodView) -> None:
         self.departed[view.uid] = view
@@ -289,6 +297,7 @@ async def job_changed(
         state.cache.forget(key)
         uid = str(body.metadata.get("uid"))
         state.in_sync.pop(uid, None)
+        state.told.pop(uid, None)
         state.refusals.pop(uid, None)
         return
     changed = state.cache.job_seen(namespace, name, dict(body))
@@ -357,7 +366,7 @@ async def _progress(
     state: OperatorState, uid: str, observed: Observed, attempt: int
 ) -> ProgressReport | None:
     """The chief's report: its termination message once it ended, else from its progress port
-    unless the port refused lately (polling.py)."""
+    unless the port refused or did not answer lately (polling.py)."""
     chief = observed.chief_pod(attempt)
     if chief is None:
         return None
@@ -393,6 +402,7 @@ class Decision:
     changes: list[ChildChange]
     planned: ApplyResult  # what planning the changes found already (the conflicts)
     now: datetime
+    inputs: tuple[Any, ...] | None = None  # what decided the changes (_sync_inputs)
 
     @property
     def quiet(self) -> bool:
@@ -443,11 +453,13 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
 
 
 def _sync_inputs(job: Obj, plan: ReconcilePlan, children: list[Obj]) -> tuple[Any, ...]:
-    """All that decides which children to change: the job's version and the render options (the
-    rendered children), the plan's flags and what plan_children reads of the observed children."""
+    """All that decides which children to change: what the renderer reads of the job (besides its
+    uid, the key: its spec, by its generation; not its resourceVersion, which every status write
+    changes) and the render options, the plan's flags and what plan_children reads of the observed
+    children."""
     meta = job["metadata"]
     fingerprint = children_fingerprint(meta["uid"], children)
-    return (meta["resourceVersion"], plan.render, plan.create_missing, plan.hold_chief, fingerprint)
+    return (meta.get("generation"), plan.render, plan.create_missing, plan.hold_chief, fingerprint)
 
 
 async def _decide(
@@ -469,7 +481,9 @@ async def _decide(
     if plan.render is None:
         return Decision(plan, report, [], ApplyResult(), now)
     uid, inputs = job["metadata"]["uid"], _sync_inputs(job, plan, seen.children)
-    if state.in_sync.get(uid) == inputs:
+    # A child that could not be made is tried again at a fresh read (every fresh_read_seconds at
+    # least): the object in its way may carry no job label, and then no watch sees it go.
+    if state.in_sync.get(uid) == inputs and not (fresh and state.told.get(uid)):
         # The same as when its children were last found as rendered: a Running job's reconciles
         # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
         return Decision(plan, report, [], ApplyResult(), now)
@@ -479,7 +493,7 @@ async def _decide(
     )
     if not changes and not result.conflicts:
         state.in_sync[uid] = inputs
-    return Decision(plan, report, changes, result, now)
+    return Decision(plan, report, changes, result, now, inputs)
 
 
 def never_acted_on(seen: Snapshot | None) -> bool:
@@ -525,6 +539,9 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
     job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
     plan = decision.plan
     namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
+    if not state.may_act():  # decided while the Lease ran out: the other replica acts now
+        logger.info("not acting: this replica's Lease is past its renew deadline")
+        return
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         version = job["metadata"]["resourceVersion"]
@@ -542,16 +559,26 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
     await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
     if decision.changes or decision.planned.conflicts:
         result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.planned)
-        for ref in result.conflicts:
-            kopf.warn(
-                job, reason="NameConflict", message=f"{ref} exists and is not owned by this job; left alone"
-            )
-        for ref in result.rejected:
-            kopf.warn(job, reason="ChildRejected", message=ref)
+        _tell_unmade(state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+
+
+def _tell_unmade(state: OperatorState, job: Any, decision: Decision, result: ApplyResult) -> None:
+    """Warn of the children that could not be made as rendered, each once while it lasts; and stay
+    quiet (no fresh read, no retry) until what decided the changes changes (the conflicting object
+    changes or goes away, the job's spec or the plan does) or the job's next fresh read."""
+    uid = job["metadata"]["uid"]
+    message = "{} exists and is not owned by this job; left alone"
+    conflicts = [("NameConflict", message.format(ref)) for ref in result.conflicts]
+    unmade = frozenset(conflicts + [("ChildRejected", ref) for ref in result.rejected])
+    for reason, message in sorted(unmade - state.told.get(uid, frozenset())):
+        kopf.warn(job, reason=reason, message=message)
+    state.told[uid] = unmade
+    if unmade and decision.inputs is not None:
+        state.in_sync[uid] = decision.inputs
 
 
 def is_idle(plan: ReconcilePlan | None) -> bool:

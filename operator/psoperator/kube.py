@@ -469,23 +469,24 @@ def _reason(error: ApiException) -> str:
 
 
 class NotServing(Exception):
-    """Nothing takes connections at the chief's progress port."""
+    """Nothing serves the chief's progress port: no connection, or no answer in time."""
 
 
 async def fetch_progress(
     session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
 ) -> ProgressReport | None:
     """The chief's progress report; None when it cannot be had or makes no sense. Raises NotServing
-    when nothing takes the connection (refused, no route)."""
+    when nothing takes the connection (refused, no route) or nothing answers within `timeout` (a
+    hung runtime): either way, asking at every reconcile would cost each one as much."""
     url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 return None
             return ProgressReport.parse(await response.read())
-    except aiohttp.ClientConnectorError as error:
+    except (aiohttp.ClientConnectorError, TimeoutError) as error:
         raise NotServing(url) from error
-    except (aiohttp.ClientError, TimeoutError, OSError):
+    except (aiohttp.ClientError, OSError):
         return None
 
 

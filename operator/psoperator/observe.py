@@ -251,6 +251,7 @@ class JobView:
     active: int
     suspended: bool
     deleting: bool
+    completion_time: str | None  # status.completionTime, set by the Job controller on success
 
 
 def parse_job(job: Obj) -> JobView:
@@ -268,6 +269,7 @@ def parse_job(job: Obj) -> JobView:
         active=_int(status.get("active")) or 0,
         suspended=bool(spec.get("suspend")),
         deleting=bool(meta.get("deletionTimestamp")),
+        completion_time=status.get("completionTime"),
     )
 
 

@@ -1,8 +1,10 @@
 """When to ask a chief for its progress again after nothing answered at its progress port.
 
 A plain TensorFlow image never serves /progress: asking it at every reconcile costs a connection
-attempt each time (a third of a quiet reconcile's CPU, measured with py-spy at 1,000 jobs). So a
-chief pod that refused is asked again only after a wait that doubles with each refusal, from
+attempt each time (a third of a quiet reconcile's CPU, measured with py-spy at 1,000 jobs); a hung
+runtime that takes the connection and never answers costs the whole timeout (2 s) each time, the
+reconcile about to restart that chief included. So a chief pod that refused or did not answer in
+time (a "refusal" below) is asked again only after a wait that doubles with each refusal, from
 FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS. A runtime that starts its endpoint late is seen late by
 at most about as long as it took to start it; any answer, even a garbled one, ends the back-off.
 """
