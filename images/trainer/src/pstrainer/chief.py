@@ -2,7 +2,8 @@
 
 The global step is a variable on the chief, saved in every checkpoint: the chief counts each
 scheduled step once, when the join that covers it returns, so a step a lost worker ran twice is
-still counted once and the final step is exact.
+still counted once and the final step is exact. Checkpoint requests (POST /checkpoint, SIGTERM)
+are served by the training loop between two dispatches, never concurrently with a step.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ from typing import Any
 
 import tensorflow as tf
 
-from psoperator.contract import ExitCode
+from psoperator.contract import CheckpointAnswer, CheckpointStatus, ExitCode, Role
 from pstrainer.cadence import Cadence
 from pstrainer.config import ModelConfig, TrainerConfig
-from pstrainer.exits import ConnectWatchdog, Exiter
+from pstrainer.exits import ConnectWatchdog, Exiter, describe
 from pstrainer.model import Adagrad, CtrModel, make_train_step, synthetic_dataset
+from pstrainer.ondemand import CheckpointRequests, Outcome, unanswered
 from pstrainer.progress import ProgressTracker
 
 log = logging.getLogger(__name__)
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 MAX_TO_KEEP = 3
+# A parameter server that does not accept a connection within this long cannot serve a save.
+PS_ANSWER_SECONDS = 3.0
 
 
 def cluster_resolver(config: TrainerConfig) -> tf.distribute.cluster_resolver.ClusterResolver:
@@ -50,7 +54,9 @@ def checkpoint_step(path: str) -> int:
     return int(tf.train.load_checkpoint(path).get_tensor(STEP_KEY))
 
 
-def run_chief(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -> tuple[ExitCode, str]:
+def run_chief(
+    config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker, requests: CheckpointRequests
+) -> tuple[ExitCode, str]:
     finished = already_finished(config, tracker)
     if finished is not None:
         return ExitCode.SUCCEEDED, f"already finished at step {finished}"
@@ -63,7 +69,7 @@ def run_chief(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -
     )
     checkpointer = Checkpointer(config, cluster, cadence, tracker)
     checkpointer.restore()
-    train(config, cluster, cadence, checkpointer)
+    train(config, cluster, cadence, checkpointer, requests)
     log.info("training done at step %d", checkpointer.step)
     return ExitCode.SUCCEEDED, f"trained to step {checkpointer.step}"
 
@@ -115,8 +121,8 @@ def connect(config: TrainerConfig, exiter: Exiter) -> Cluster:
 
 
 class Checkpointer:
-    """The global step and the checkpoints: restored at start, saved on the cadence and at the end.
-    Used by the training loop's thread only."""
+    """The global step and the checkpoints: restored at start, saved on the cadence, on request and
+    at the end. Used by the training loop's thread only."""
 
     def __init__(
         self, config: TrainerConfig, cluster: Cluster, cadence: Cadence, tracker: ProgressTracker
@@ -129,6 +135,7 @@ class Checkpointer:
         self._manager = tf.train.CheckpointManager(
             self._checkpoint, config.checkpoint_dir, max_to_keep=MAX_TO_KEEP
         )
+        self._parameter_servers = config.cluster.get(Role.PS.value, [])
         self._cadence = cadence
         self.tracker = tracker
         self.step = 0
@@ -166,6 +173,21 @@ class Checkpointer:
         if self._saved_step < self.step or self._manager.latest_checkpoint is None:
             self._save()
 
+    def on_request(self) -> Outcome:
+        """A checkpoint request, between two steps: the latest checkpoint when it is at this step,
+        else a new one, unless a parameter server does not answer."""
+        latest = self._manager.latest_checkpoint
+        if latest is not None and self._saved_step == self.step:
+            return CheckpointStatus.SAVED, CheckpointAnswer(checkpointStep=self.step, checkpointPath=latest)
+        gone = unanswered(self._parameter_servers, PS_ANSWER_SECONDS)
+        if gone is not None:
+            log.warning("checkpoint request at step %d refused: %s", self.step, gone)
+            return CheckpointStatus.REFUSED, CheckpointAnswer(reason=f"a parameter server is gone: {gone}")
+        path = self._save()
+        return CheckpointStatus.SAVED, CheckpointAnswer(
+            checkpointStep=self.step, checkpointPath=path, saved=True
+        )
+
     def _save(self) -> str:
         began = time.monotonic()
         self._global_step.assign(self.step)
@@ -178,15 +200,33 @@ class Checkpointer:
         return path
 
 
-def train(config: TrainerConfig, cluster: Cluster, cadence: Cadence, checkpointer: Checkpointer) -> None:
-    """The loop: one dispatch, then the cadence's checkpoint, to the last step; the final save."""
+def train(
+    config: TrainerConfig,
+    cluster: Cluster,
+    cadence: Cadence,
+    checkpointer: Checkpointer,
+    requests: CheckpointRequests,
+) -> None:
+    """The loop: checkpoint requests, then one dispatch, then the cadence's checkpoint, to the last
+    step; the final save. Requests are served only here, between two steps."""
     dispatcher = Dispatcher(config, cluster, checkpointer.tracker)
-    while checkpointer.step < config.steps:
-        count = cadence.next_dispatch(checkpointer.step)
-        dispatcher.run(checkpointer.step, count)
-        checkpointer.advance(count)
-        checkpointer.save_if_due()
-    checkpointer.save_final()
+    requests.open()
+    try:
+        while True:
+            requests.serve(checkpointer.on_request)
+            if checkpointer.step >= config.steps:
+                break
+            count = cadence.next_dispatch(checkpointer.step)
+            dispatcher.run(checkpointer.step, count)
+            checkpointer.advance(count)
+            checkpointer.save_if_due()
+        checkpointer.save_final()
+    except BaseException as exc:
+        requests.close(
+            (CheckpointStatus.REFUSED, CheckpointAnswer(reason=f"training failed: {describe(exc)}"))
+        )
+        raise
+    requests.close(checkpointer.on_request())
 
 
 class Dispatcher:

@@ -1,6 +1,8 @@
 """Parameter servers and workers: a TensorFlow server that serves until the pod is stopped.
 
-They never finish on their own; only the chief does. The operator stops them (SIGTERM, exit 143).
+They never finish on their own; only the chief does. The operator stops them (SIGTERM, exit 143):
+a worker at once (the coordinator gives its steps to the others), a parameter server after its
+drain time (--ps-drain-seconds), during which the chief can still read its variables to save.
 """
 
 from __future__ import annotations
