@@ -318,6 +318,9 @@ def test_progress_server_takes_checkpoint_requests() -> None:
         status, answer = _post(server.port, "/checkpoint", b"[1]")
         assert status == 400 and answer is not None and answer.reason == "the body is not a JSON object"
         assert _post(server.port, "/progress")[0] == 404
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            raw.sendall(b"POST /checkpoint HTTP/1.1\r\nHost: x\r\nContent-Length: many\r\n\r\n")
+            assert raw.recv(4096).startswith(b"HTTP/1.0 400 ")
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         connection.request("GET", "/checkpoint")
         assert connection.getresponse().status == 405

@@ -132,12 +132,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path != CHECKPOINT_PATH or self.requests is None:
             self._send(404, "text/plain", b"not found\n")
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if not 0 <= length <= MAX_REQUEST_BODY:
-            self._answer(CheckpointStatus.BAD_REQUEST, CheckpointAnswer(reason="the body is too long"))
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit() or int(length) > MAX_REQUEST_BODY:
+            self._answer(CheckpointStatus.BAD_REQUEST, CheckpointAnswer(reason="bad Content-Length"))
             return
         try:
-            params = parse_request(query, self.rfile.read(length))
+            params = parse_request(query, self.rfile.read(int(length)))
         except ValueError as err:
             self._answer(CheckpointStatus.BAD_REQUEST, CheckpointAnswer(reason=str(err)))
             return
