@@ -74,6 +74,16 @@ def _run_role(
     return run_server(config)
 
 
+def _prepare_termination(config: TrainerConfig, exiter: Exiter, requests: CheckpointRequests) -> None:
+    """What a SIGTERM does before the exit 143: the chief saves, a parameter server drains."""
+    if config.role is Role.CHIEF:
+        exiter.before_termination(
+            lambda: checkpoint_before_exit(requests, config.termination_checkpoint_seconds)
+        )
+    elif config.role is Role.PS and config.ps_drain_seconds > 0:
+        exiter.before_termination(keep_serving(config.ps_drain_seconds))
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     block_sigterm()
     exiter = Exiter()
@@ -105,12 +115,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         )
     )
     requests = CheckpointRequests()
-    if config.role is Role.CHIEF:
-        exiter.before_termination(
-            lambda: checkpoint_before_exit(requests, config.termination_checkpoint_seconds)
-        )
-    elif config.role is Role.PS and config.ps_drain_seconds > 0:
-        exiter.before_termination(keep_serving(config.ps_drain_seconds))
+    _prepare_termination(config, exiter, requests)
     try:
         if config.role is Role.CHIEF:
             server = ProgressServer(tracker, config.progress_port, requests=requests).start()
