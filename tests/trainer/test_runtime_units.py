@@ -425,6 +425,19 @@ def test_a_hold_keeps_the_loop_answering_until_it_ends() -> None:
     assert time.monotonic() - began >= 0.5 and loop.saves == 1
 
 
+def test_a_refused_request_does_not_hold() -> None:
+    requests = CheckpointRequests()
+    requests.open()
+    asked, outcomes = _ask_in_thread(requests, deadlineSeconds=10, holdSeconds=60)
+    _wait_until("queued", lambda: bool(requests._pending))
+    refusal = (CheckpointStatus.REFUSED, CheckpointAnswer(reason="a parameter server is gone: x"))
+    serving = threading.Thread(target=requests.serve, args=(lambda: refusal,), daemon=True)
+    serving.start()
+    serving.join(5)
+    asked.join(5)
+    assert not serving.is_alive() and outcomes == [refusal]
+
+
 def test_closing_answers_the_queue_and_every_later_request() -> None:
     requests = CheckpointRequests()
     requests.open()

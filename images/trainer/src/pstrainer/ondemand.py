@@ -107,6 +107,8 @@ class CheckpointRequests:
             assert request.outcome is not None
             return request.outcome
         with self._lock:
+            if request.outcome is not None:  # answered just as the wait ended
+                return request.outcome
             if request in self._pending:
                 self._pending.remove(request)
             going_on = "; the save goes on" if request.taken else ""
@@ -119,8 +121,8 @@ class CheckpointRequests:
             self._closed = None
 
     def serve(self, handle: Callable[[], Outcome]) -> None:
-        """Answer every queued request (loop thread), then hold as long as one of them asked,
-        answering the requests that come meanwhile."""
+        """Answer every queued request (loop thread), then hold as long as one that was saved
+        asked, answering the requests that come meanwhile."""
         hold_until = time.monotonic()
         while True:
             with self._lock:
@@ -133,8 +135,10 @@ class CheckpointRequests:
             if not taken and time.monotonic() >= hold_until:
                 return
             for request in taken:
-                hold_until = max(hold_until, time.monotonic() + request.params.hold_seconds)
-                self._answer(request, handle())
+                outcome = handle()
+                self._answer(request, outcome)
+                if outcome[0] is CheckpointStatus.SAVED:  # counted from the save's end
+                    hold_until = max(hold_until, time.monotonic() + request.params.hold_seconds)
 
     def close(self, outcome: Outcome) -> None:
         """Training is over (loop thread): answer what is queued and every later request with the
