@@ -161,6 +161,19 @@ class ChildChange:
     manifest: Obj
     verb: ChildVerb
     replaced: Obj | None = None  # a chief Job of an older attempt, deleted first
+    # A merge patch sent before the patch: what an apply cannot remove, since no manager owns it.
+    merge_first: Obj | None = None
+
+
+def _stale_defaults(current: Obj, manifest: Obj) -> Obj | None:
+    """What `current` keeps that an apply of `manifest` cannot remove and the API server refuses
+    beside it: the `rollingUpdate` that defaulting gave a StatefulSet made by a version without
+    `updateStrategy`, which OnDelete forbids (an apply of `rollingUpdate: null` keeps it too)."""
+    wanted = manifest.get("spec", {}).get("updateStrategy", {}).get("type")
+    live = current.get("spec", {}).get("updateStrategy", {})
+    if manifest["kind"] != "StatefulSet" or wanted != "OnDelete" or "rollingUpdate" not in live:
+        return None
+    return {"spec": {"updateStrategy": {"type": wanted, "rollingUpdate": None}}}
 
 
 def _attempt(obj: Obj) -> str | None:
@@ -208,7 +221,8 @@ def plan_children(
             current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
             != manifest["metadata"]["annotations"][ANNOTATION_HASH]
         ):
-            changes.append(ChildChange(manifest, ChildVerb.PATCH))
+            stale = _stale_defaults(current, manifest)
+            changes.append(ChildChange(manifest, ChildVerb.PATCH, merge_first=stale))
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     for key, current in live.items():
         if key not in wanted and key[0] in _PATHS and owned_by(current, owner_uid):
@@ -418,7 +432,10 @@ class Kube:
                 self._call("POST", self._path(kind, namespace), change.manifest)
                 result.created.append(ref)
             else:
-                self._patch(self._path(kind, namespace, name), change.manifest)
+                path = self._path(kind, namespace, name)
+                if change.merge_first is not None:
+                    self._call("PATCH", path, change.merge_first, content_type="application/merge-patch+json")
+                self._patch(path, change.manifest)
                 result.patched.append(ref)
         except ApiException as error:
             if error.status == 409:

@@ -20,7 +20,7 @@ from psoperator.draft import PodDeletion
 from psoperator.kube import Kube, NotServing, StaleJob, api_failure, fetch_progress, resource_of
 from psoperator.observe import parse_pod
 from psoperator.render import render_children
-from psoperator.render.names import LABEL_ATTEMPT
+from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT
 from tests.unit.builders import NS, job
 
 Obj = dict[str, Any]
@@ -165,6 +165,31 @@ def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
     assert (method, path, content_type) == ("PATCH", CHIEF_PATH, "application/merge-patch+json")
     assert body["spec"]["suspend"] is True
     assert not {"template", "podFailurePolicy", "completions"} & set(body["spec"])
+
+
+def test_a_statefulset_of_an_older_version_loses_its_defaulted_rolling_update_before_the_apply() -> None:
+    """A version without updateStrategy left RollingUpdate and its defaulted rollingUpdate, which no
+    manager owns: an apply of OnDelete alone is refused (422), as the API server merges them."""
+    desired = [m for m in render_children(job()) if m["kind"] == "StatefulSet"]
+    live = _live(desired)
+    for sts in live:
+        sts["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+        sts["metadata"]["annotations"][ANNOTATION_HASH] = "older-version"
+    kube = RecordingKube()
+    result = kube.apply_children(NS, "job-uid", desired, live)
+    assert sorted(result.patched) == ["StatefulSet/ctr-ps", "StatefulSet/ctr-worker"]
+    merge, apply = kube.bodies[:2]
+    assert merge == (
+        "application/merge-patch+json",
+        {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}},
+    )
+    assert apply[0] == "application/apply-patch+yaml"
+    # Once OnDelete, a patch is the apply alone.
+    kube = RecordingKube()
+    for sts in live:
+        sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
+    kube.apply_children(NS, "job-uid", desired, live)
+    assert [ct for ct, _ in kube.bodies] == ["application/apply-patch+yaml"] * 2
 
 
 def test_a_held_chief_replaces_nothing_yet_but_the_old_job_is_deleted() -> None:
