@@ -15,7 +15,7 @@ from e2e.kubectl import _kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import as_json, wait_for
 from psoperator import contract
-from psoperator.api import MAX_REPLICAS, MAX_WORKERS
+from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS
 
 
 def _children(api: client.ApiClient, namespace: str, name: str) -> set[tuple[str, str]]:

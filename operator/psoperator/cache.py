@@ -17,8 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from psoperator.api.labels import LABEL_JOB
 from psoperator.observe import PodView, resource_version, slim_child, slim_job
-from psoperator.render.names import LABEL_JOB
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, job name)

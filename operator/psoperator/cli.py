@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from psoperator import API_TIMEOUT_SECONDS, sizing_cli
+from psoperator import API_TIMEOUT_SECONDS
 from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.sizing import cli as sizing_cli
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def _tf_configs(manifests: list[Any]) -> list[tuple[str, str]]:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from psoperator import crd
+    from psoperator.api import crd
 
     return crd.main(["--write"] if args.write else [])
 

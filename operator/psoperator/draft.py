@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from psoperator.api import PSTrainingJobStatus
+from psoperator.api.models import PSTrainingJobStatus
+from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.conditions import is_true, set_condition
 from psoperator.observe import Observed
 from psoperator.render import RenderOptions
 from psoperator.timeutil import format_time, parse_time
-from psoperator.vocabulary import ConditionType, Phase
 
 Obj = dict[str, Any]
 

@@ -34,6 +34,8 @@ import aiohttp
 import kopf
 
 from psoperator import GROUP, PLURAL, VERSION, polling
+from psoperator.api.labels import LABEL_JOB
+from psoperator.api.vocabulary import FINISHED_PHASES, Phase
 from psoperator.cache import JobKey, Snapshot, WatchCache
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
@@ -70,8 +72,6 @@ from psoperator.policies.recovery import unexplained
 from psoperator.readings import read_job
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
-from psoperator.render.names import LABEL_JOB
-from psoperator.vocabulary import FINISHED_PHASES, Phase
 
 Obj = dict[str, Any]
 DEPARTED_LIMIT = 4096

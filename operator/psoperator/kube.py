@@ -21,10 +21,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
+from psoperator.api.labels import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB
 from psoperator.contract import PROGRESS_PATH, ProgressReport
 from psoperator.draft import PodDeletion
 from psoperator.render import changeable
-from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB
 
 Obj = dict[str, Any]
 Kept = TypeVar("Kept")

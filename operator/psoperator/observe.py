@@ -10,13 +10,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
 from psoperator.contract import Role
-from psoperator.render.names import (
-    ANNOTATION_TRAINER_CONTAINER,
-    LABEL_ATTEMPT,
-    LABEL_ROLE,
-    child_name,
-)
+from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time
 
 Obj = dict[str, Any]

@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, ReplicaStatus
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus, ReplicaStatus
+from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.conditions import is_true
 from psoperator.draft import ReconcilePlan
 from psoperator.timeutil import parse_time
-from psoperator.vocabulary import ConditionType, Phase
 
 Obj = dict[str, Any]
 # A step that has not moved for this long reads as a rate of 0, not as the last rate seen.

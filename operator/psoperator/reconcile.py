@@ -20,7 +20,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, PSTrainingJobStatus, Tracking
+from psoperator.api.models import (
+    CheckpointStatus,
+    FailureRecord,
+    PSTrainingJobSpec,
+    PSTrainingJobStatus,
+    Tracking,
+)
+from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
 from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
 from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
@@ -28,10 +35,9 @@ from psoperator.observe import START_ERRORS, Observed
 from psoperator.policies import deadline, node_lost, ps_recycle, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
-from psoperator.sizing import SizingLevel, check_ps_memory
+from psoperator.sizing.admission import SizingLevel, check_ps_memory
 from psoperator.status import all_running, replica_statuses, running_phase
 from psoperator.timeutil import format_time, parse_time
-from psoperator.vocabulary import FINISHED_PHASES, ConditionType, Phase
 
 __all__ = ["STAGES", "Event", "ReconcilePlan", "plan_reconcile"]
 
@@ -74,9 +80,14 @@ def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
 
 
 def admit_sizing(spec: PSTrainingJobSpec, d: Draft) -> bool:
-    """Admission-time sizing, once: before anything starts, so undersized PS do not OOM days later."""
+    """Admission-time sizing, before anything starts, so undersized PS do not OOM days later. The
+    check runs while it can still change something: until the job has its SizingWarning condition
+    (set once, from spec.model) and has left Pending (only a Pending job is refused)."""
+    told = any(c.type == ConditionType.SIZING_WARNING for c in d.old.conditions)
+    if spec.model is None or (told and d.old.phase != Phase.PENDING):
+        return GO_ON
     verdict = check_ps_memory(spec)
-    if spec.model is not None and not any(c.type == ConditionType.SIZING_WARNING for c in d.old.conditions):
+    if not told:
         warn = verdict.level is not SizingLevel.OK
         event = Event("Warning", "SizingWarning", verdict.message)
         d.condition(ConditionType.SIZING_WARNING, warn, verdict.reason, verdict.message, event=event)

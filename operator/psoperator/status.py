@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from psoperator.api import PSTrainingJobSpec, ReplicaStatus
+from psoperator.api.models import PSTrainingJobSpec, ReplicaStatus
+from psoperator.api.vocabulary import Phase
 from psoperator.contract import Role
 from psoperator.observe import Observed
-from psoperator.vocabulary import Phase
 
 
 def replica_statuses(

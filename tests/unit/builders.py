@@ -6,9 +6,9 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
 from psoperator.observe import Observed, parse_job, parse_pod
 from psoperator.policies.recovery import TRACKED_ROLES, track_entry
-from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
 from psoperator.timeutil import format_time
 
 Obj = dict[str, Any]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from psoperator.api.labels import LABEL_JOB
 from psoperator.cache import WatchCache
 from psoperator.observe import parse_pod
 from psoperator.render import render_children
-from psoperator.render.names import LABEL_JOB
 from tests.unit.builders import NS, job
 
 Obj = dict[str, Any]

@@ -22,6 +22,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, handlers
+from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB
+from psoperator.api.vocabulary import Phase
 from psoperator.cache import Snapshot
 from psoperator.contract import PROGRESS_PATH
 from psoperator.draft import PodDeletion
@@ -31,8 +33,6 @@ from psoperator.observe import slim_child
 from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
 from psoperator.render import RenderOptions, render_children
-from psoperator.render.names import ANNOTATION_HASH, LABEL_JOB
-from psoperator.vocabulary import Phase
 from tests.unit import builders
 from tests.unit.test_kube import RecordingKube
 

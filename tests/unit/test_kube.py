@@ -12,11 +12,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP
+from psoperator.api.labels import LABEL_ATTEMPT
 from psoperator.draft import PodDeletion
 from psoperator.kube import Kube, StaleJob, api_failure, resource_of
 from psoperator.observe import parse_pod
 from psoperator.render import render_children
-from psoperator.render.names import LABEL_ATTEMPT
 from tests.unit.builders import NS, job
 
 Obj = dict[str, Any]

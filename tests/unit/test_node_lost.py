@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from psoperator.api import PSTrainingJobSpec
+from psoperator.api.models import PSTrainingJobSpec
 from psoperator.observe import NodeView, Observed, parse_node
 from psoperator.policies import node_lost
 from psoperator.reconcile import plan_reconcile

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.observe import parse_pod
 from psoperator.policies.recovery import (
     RecoveryAction,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.contract import Role
 from psoperator.draft import Draft, Event
 from psoperator.observe import Observed, owned_pods, parse_pod
@@ -26,7 +27,6 @@ from psoperator.reconcile import (
     when_finished,
 )
 from psoperator.timeutil import format_time
-from psoperator.vocabulary import ConditionType, Phase
 from tests.unit.builders import (
     NOW,
     came_up,

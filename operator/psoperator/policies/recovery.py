@@ -38,10 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
 from psoperator.contract import ExitCode, Role
 from psoperator.observe import START_ERRORS, Observed, PodView, Termination
-from psoperator.sizing import suggestion_for_oom
+from psoperator.sizing.oom import suggestion_for_oom
 from psoperator.timeutil import format_time, parse_time
 
 # Roles whose loss training survives: the coordinator reschedules a worker's steps, and the

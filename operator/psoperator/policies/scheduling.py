@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec
+from psoperator.api.models import PSTrainingJobSpec
 from psoperator.contract import Role
 from psoperator.observe import Observed, PodView
 from psoperator.policies.recovery import Failure

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from psoperator.api import PSTrainingJobSpec
+from psoperator.api.models import PSTrainingJobSpec
+from psoperator.api.vocabulary import Phase
 from psoperator.observe import Observed
-from psoperator.vocabulary import Phase
 
 
 def chief_succeeded(observed: Observed, attempt: int) -> bool:

@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
+from psoperator.api.vocabulary import Phase
 from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
-from psoperator.vocabulary import Phase
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
