@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     from psoperator.handlers import OperatorState
     from psoperator.kube import Kube, load_config
     from psoperator.leader import Election
-    from psoperator.metrics import Metrics
+    from psoperator.metrics.registry import Metrics
 
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
     try:
@@ -173,7 +173,7 @@ def _crd(args: argparse.Namespace) -> int:
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    from psoperator import metrics_doc
+    from psoperator.metrics import doc as metrics_doc
 
     return metrics_doc.main(write=args.write)
 

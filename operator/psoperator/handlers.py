@@ -57,7 +57,8 @@ from psoperator.kube import (
     plan_children,
 )
 from psoperator.leader import Election, Elector
-from psoperator.metrics import Metrics
+from psoperator.metrics.readings import read_job
+from psoperator.metrics.registry import Metrics
 from psoperator.observe import (
     NodeView,
     Observed,
@@ -69,7 +70,6 @@ from psoperator.observe import (
 )
 from psoperator.policies import node_lost
 from psoperator.policies.recovery import unexplained
-from psoperator.readings import read_job
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
 

@@ -28,9 +28,9 @@ from psoperator.cache import Snapshot
 from psoperator.contract import PROGRESS_PATH
 from psoperator.draft import PodDeletion
 from psoperator.kube import LIST_PAGE, ApplyResult, ChildVerb
-from psoperator.metrics import Metrics
+from psoperator.metrics.readings import JobReading
+from psoperator.metrics.registry import Metrics
 from psoperator.observe import slim_child
-from psoperator.readings import JobReading
 from psoperator.reconcile import ReconcilePlan
 from psoperator.render import RenderOptions, render_children
 from tests.unit import builders

@@ -21,7 +21,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from psoperator.api.vocabulary import Phase
-from psoperator.readings import JobReading
+from psoperator.metrics.readings import JobReading
 
 PHASES: tuple[str, ...] = tuple(Phase)
 OUTCOMES = ("ok", "error")

@@ -1,7 +1,7 @@
 """What the metrics show of one job after a reconcile, computed purely: the job as the reconcile read
 it (its status before), the plan (its status after, what happened) and the clock in, a reading out.
 
-metrics.py puts readings on the registry; the kopf layer only passes them on.
+registry.py puts readings on the registry; the kopf layer only passes them on.
 """
 
 from __future__ import annotations
