@@ -14,9 +14,9 @@ from typing import Any
 
 from psoperator.api.models import PSTrainingJobStatus
 from psoperator.api.vocabulary import ConditionType, Phase
-from psoperator.conditions import is_true, set_condition
-from psoperator.observe import Observed
+from psoperator.observe.views import Observed
 from psoperator.render import RenderOptions
+from psoperator.status.conditions import is_true, set_condition
 from psoperator.timeutil import format_time, parse_time
 
 Obj = dict[str, Any]

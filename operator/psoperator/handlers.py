@@ -35,8 +35,8 @@ import kopf
 
 from psoperator import GROUP, PLURAL, VERSION, polling
 from psoperator.api.labels import LABEL_JOB
+from psoperator.api.models import Tracking
 from psoperator.api.vocabulary import FINISHED_PHASES, Phase
-from psoperator.cache import JobKey, Snapshot, WatchCache
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import (
@@ -52,26 +52,27 @@ from psoperator.kube import (
     children_fingerprint,
     fetch_progress,
     in_thread,
-    merge_patch,
-    owned_by,
     plan_children,
 )
 from psoperator.leader import Election, Elector
 from psoperator.metrics.readings import read_job
 from psoperator.metrics.registry import Metrics
-from psoperator.observe import (
+from psoperator.observe.cache import JobKey, Snapshot, WatchCache
+from psoperator.observe.failures import unexplained
+from psoperator.observe.views import (
     NodeView,
     Observed,
     PodView,
     build_observed,
+    owned_by,
     owned_pods,
     parse_node,
     parse_pod,
 )
 from psoperator.policies import node_lost
-from psoperator.policies.recovery import unexplained
 from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
+from psoperator.status.patch import merge_patch
 
 Obj = dict[str, Any]
 DEPARTED_LIMIT = 4096
@@ -422,7 +423,7 @@ async def _observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observe
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     owners = {c["metadata"]["uid"] for c in seen.children if owned_by(c, uid)}
     ours = [c for c in seen.children if owned_by(c, uid)]
-    tracking = ((job.get("status") or {}).get("tracking") or {}).get("pods") or {}
+    tracking = Tracking.model_validate((job.get("status") or {}).get("tracking") or {}).pods
 
     def observe(listed: list[PodView]) -> Observed:
         return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))

@@ -24,6 +24,7 @@ from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
 from psoperator.api.labels import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB
 from psoperator.contract import PROGRESS_PATH, ProgressReport
 from psoperator.draft import PodDeletion
+from psoperator.observe.views import owned_by
 from psoperator.render import changeable
 
 Obj = dict[str, Any]
@@ -95,24 +96,6 @@ def resource_of(path: str) -> str:
         return "discovery"
     # <resource>[/<name>[/<subresource>]]
     return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
-
-
-def owned_by(obj: Obj, uid: str) -> bool:
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
-
-
-def merge_patch(old: Any, new: Any) -> Any:
-    """An RFC 7386 merge patch that turns `old` into `new` (None where a key went away)."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
-    patch: Obj = {k: None for k in old if k not in new}
-    for key, value in new.items():
-        if key not in old:
-            patch[key] = value
-        elif old[key] != value:
-            patch[key] = merge_patch(old[key], value)
-    return patch
 
 
 _LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"

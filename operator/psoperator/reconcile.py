@@ -15,29 +15,31 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from psoperator.api.models import (
-    CheckpointStatus,
     FailureRecord,
     PSTrainingJobSpec,
-    PSTrainingJobStatus,
     Tracking,
 )
 from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
-from psoperator.conditions import is_true
 from psoperator.contract import ProgressReport, Role
 from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
-from psoperator.observe import START_ERRORS, Observed
+from psoperator.observe.failures import Failure
+from psoperator.observe.views import START_ERRORS, Observed
 from psoperator.policies import deadline, node_lost, ps_recycle, recovery, scheduling, stall, success, ttl
-from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
+from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
 from psoperator.sizing.admission import SizingLevel, check_ps_memory
-from psoperator.status import all_running, replica_statuses, running_phase
-from psoperator.timeutil import format_time, parse_time
+from psoperator.status import tracking
+from psoperator.status.conditions import is_true
+from psoperator.status.last_failure import failure_record
+from psoperator.status.progress import merge_progress
+from psoperator.status.replicas import all_running, replica_statuses, running_phase
+from psoperator.timeutil import parse_time
 
 __all__ = ["STAGES", "Event", "ReconcilePlan", "plan_reconcile"]
 
@@ -160,7 +162,7 @@ def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if late is None:
         return GO_ON
     cause = scheduling.as_failure(late)
-    d.status.last_failure = _record(replace(cause, reason="Unschedulable"), d.stamp)
+    d.status.last_failure = failure_record(replace(cause, reason="Unschedulable"), d.stamp)
     timeout = spec.failure_policy.scheduling_timeout_seconds
     why = f"{cause.describe()}; not scheduled within failurePolicy.schedulingTimeoutSeconds ({timeout}s)"
     return _end(spec, d, Phase.FAILED, "Unschedulable", why, stop=True)
@@ -193,15 +195,15 @@ def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
     d.failures.extend((f.role.value, f.reason) for f in seen)
     d.events.extend(_recorded_event(failure) for failure in decision.recorded)
     if decision.failure is not None:
-        d.status.last_failure = _record(decision.failure, d.stamp)
+        d.status.last_failure = failure_record(decision.failure, d.stamp)
 
 
 def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """What to watch next time, and the per-role counts `kubectl get` shows."""
-    d.status.tracking = recovery.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
-    d.write_now = recovery.ps_tracking_changed(d.old.tracking, d.status.tracking, d.observed)
+    d.status.tracking = tracking.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
+    d.write_now = tracking.ps_tracking_changed(d.old.tracking, d.status.tracking, d.observed)
     grace = spec.failure_policy.startup_error_grace_seconds
-    stuck = recovery.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
+    stuck = tracking.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
     d.status.tracking.start_errors = stuck or None  # none: the field goes away
     new_failures = Counter(Role(role) for role, _ in d.failures)
     d.status.replica_statuses = replica_statuses(
@@ -361,7 +363,7 @@ def plan_reconcile(
     except ValidationError as error:
         refuse_invalid_spec(d, error)
         return d.plan()
-    _merge_progress(d.status, report, d.stamp)
+    merge_progress(d.status, report, d.stamp)
     for stage in STAGES:
         if stage(spec, d) is DECIDED:
             break
@@ -376,38 +378,6 @@ def refuse_invalid_spec(d: Draft, error: ValidationError) -> None:
     message = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())[:1024]
     if d.old.phase != Phase.FAILED:
         d.end(Phase.FAILED, "InvalidSpec", message)
-
-
-def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, now: str) -> None:
-    if report is None:
-        return
-    if status.step is None or report.step != status.step:
-        status.step_time = now
-    status.step = report.step
-    if report.resumed_from_step is not None:
-        status.resumed_from_step = report.resumed_from_step
-    if report.checkpoint_step is not None and (
-        status.checkpoint is None or report.checkpoint_step >= status.checkpoint.step
-    ):
-        when = datetime.fromtimestamp(report.checkpoint_time, UTC) if report.checkpoint_time else None
-        status.checkpoint = CheckpointStatus(
-            step=report.checkpoint_step, path=report.checkpoint_path, time=format_time(when) if when else None
-        )
-
-
-def _record(failure: Failure, now: str) -> FailureRecord:
-    replicated = failure.role in (Role.PS, Role.WORKER) and failure.index is not None
-    task = f"{failure.role.value}-{failure.index}" if replicated else failure.role.value
-    return FailureRecord(
-        role=failure.role.value,
-        index=failure.index,
-        pod=failure.pod or None,
-        exitCode=failure.exit_code,
-        reason=failure.reason,
-        message=failure.message,
-        time=failure.at or now,
-        summary=f"{task} {failure.reason}",
-    )
 
 
 def _recorded_event(failure: Failure) -> Event:

@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from psoperator.api.labels import LABEL_JOB
-from psoperator.cache import WatchCache
-from psoperator.observe import parse_pod
+from psoperator.observe.cache import WatchCache
+from psoperator.observe.views import parse_pod
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
 

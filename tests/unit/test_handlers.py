@@ -24,13 +24,13 @@ from kubernetes.client.exceptions import ApiException
 from psoperator import GROUP, handlers
 from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB
 from psoperator.api.vocabulary import Phase
-from psoperator.cache import Snapshot
 from psoperator.contract import PROGRESS_PATH
 from psoperator.draft import PodDeletion
 from psoperator.kube import LIST_PAGE, ApplyResult, ChildVerb
 from psoperator.metrics.readings import JobReading
 from psoperator.metrics.registry import Metrics
-from psoperator.observe import slim_child
+from psoperator.observe.cache import Snapshot
+from psoperator.observe.views import slim_child
 from psoperator.reconcile import ReconcilePlan
 from psoperator.render import RenderOptions, render_children
 from tests.unit import builders

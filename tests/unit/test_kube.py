@@ -15,7 +15,7 @@ from psoperator import GROUP
 from psoperator.api.labels import LABEL_ATTEMPT
 from psoperator.draft import PodDeletion
 from psoperator.kube import Kube, StaleJob, api_failure, resource_of
-from psoperator.observe import parse_pod
+from psoperator.observe.views import parse_pod
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from psoperator.api.models import PSTrainingJobSpec
-from psoperator.observe import NodeView, Observed, parse_node
+from psoperator.observe.views import NodeView, Observed, parse_node
 from psoperator.policies import node_lost
 from psoperator.reconcile import plan_reconcile
 from psoperator.timeutil import format_time

@@ -8,7 +8,7 @@ from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER
 from psoperator.kube import plan_children
-from psoperator.observe import parse_job, parse_pod, slim_child
+from psoperator.observe.views import parse_job, parse_pod, slim_child
 from psoperator.render import render_children
 from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, pod

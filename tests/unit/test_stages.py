@@ -9,7 +9,7 @@ from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.contract import Role
 from psoperator.draft import Draft, Event
-from psoperator.observe import Observed, owned_pods, parse_pod
+from psoperator.observe.views import Observed, owned_pods, parse_pod
 from psoperator.policies.recovery import restart_budget_used
 from psoperator.reconcile import (
     DECIDED,

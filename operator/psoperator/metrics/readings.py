@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus, ReplicaStatus
 from psoperator.api.vocabulary import ConditionType, Phase
-from psoperator.conditions import is_true
 from psoperator.draft import ReconcilePlan
+from psoperator.status.conditions import is_true
 from psoperator.timeutil import parse_time
 
 Obj = dict[str, Any]

@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from psoperator.api.models import PSTrainingJobSpec
-from psoperator.observe import Observed, PodView
+from psoperator.observe.views import Observed, PodView
 from psoperator.timeutil import parse_time
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from psoperator.api.models import Tracking
 from psoperator.contract import Role
-from psoperator.observe import Observed
-from psoperator.policies.recovery import unchanged_since
+from psoperator.observe.views import Observed
+from psoperator.status.tracking import unchanged_since
 
 
 def serving_previous_chief(tracking: Tracking, observed: Observed) -> dict[str, str]:

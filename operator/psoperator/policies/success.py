@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from psoperator.api.models import PSTrainingJobSpec
 from psoperator.api.vocabulary import Phase
-from psoperator.observe import Observed
+from psoperator.observe.views import Observed
 
 
 def chief_succeeded(observed: Observed, attempt: int) -> bool:

@@ -391,3 +391,8 @@ def slim_child(obj: Obj) -> Obj:
     if obj.get("kind") == "Job":
         kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}
     return kept
+
+
+def owned_by(obj: Obj, uid: str) -> bool:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from psoperator.api.models import PSTrainingJobSpec, ReplicaStatus
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import Role
-from psoperator.observe import Observed
+from psoperator.observe.views import Observed
 
 
 def replica_statuses(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psoperator.api.labels import LABEL_JOB
-from psoperator.observe import PodView, resource_version, slim_child, slim_job
+from psoperator.observe.views import PodView, resource_version, slim_child, slim_job
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, job name)
