@@ -34,25 +34,20 @@ import aiohttp
 import kopf
 
 from psoperator import GROUP, PLURAL, VERSION, polling
-from psoperator.api.labels import LABEL_JOB
+from psoperator.api.labels import CHILD_KINDS, LABEL_JOB
 from psoperator.api.models import Tracking
 from psoperator.api.vocabulary import FINISHED_PHASES, Phase
 from psoperator.contract import DEFAULT_PROGRESS_PORT, ProgressReport
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import (
     API_CONCURRENCY,
-    CHILD_KINDS,
     LIST_PAGE,
-    ApplyResult,
-    ChildChange,
     Kube,
     NotServing,
     StaleJob,
     api_failure,
-    children_fingerprint,
     fetch_progress,
     in_thread,
-    plan_children,
 )
 from psoperator.leader import Election, Elector
 from psoperator.metrics.readings import read_job
@@ -69,8 +64,9 @@ from psoperator.observe.views import (
     parse_node,
     parse_pod,
 )
+from psoperator.plan.children import ChildChange, children_fingerprint, plan_children
+from psoperator.plan.stages import ReconcilePlan, plan_reconcile
 from psoperator.policies import node_lost
-from psoperator.reconcile import ReconcilePlan, plan_reconcile
 from psoperator.render import render_children
 from psoperator.status.patch import merge_patch
 
@@ -392,7 +388,7 @@ class Decision:
     plan: ReconcilePlan
     report: ProgressReport | None
     changes: list[ChildChange]
-    planned: ApplyResult  # what planning the changes found already (the conflicts)
+    conflicts: list[str]  # children's names taken by objects the job does not own (plan_children)
     now: datetime
 
     @property
@@ -400,7 +396,7 @@ class Decision:
         """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
         plan = self.plan
         acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
-        return not (acts or plan.write_now or self.changes or self.planned.conflicts)
+        return not (acts or plan.write_now or self.changes or self.conflicts)
 
 
 async def _read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
@@ -468,19 +464,19 @@ async def _decide(
         operator_namespace=state.operator_namespace,
     )
     if plan.render is None:
-        return Decision(plan, report, [], ApplyResult(), now)
+        return Decision(plan, report, [], [], now)
     uid, inputs = job["metadata"]["uid"], _sync_inputs(job, plan, seen.children)
     if state.in_sync.get(uid) == inputs:
         # The same as when its children were last found as rendered: a Running job's reconciles
         # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
-        return Decision(plan, report, [], ApplyResult(), now)
+        return Decision(plan, report, [], [], now)
     desired = render_children(job, plan.render)
-    changes, result = plan_children(
+    changes, conflicts = plan_children(
         uid, desired, seen.children, create_missing=plan.create_missing, hold_chief=plan.hold_chief
     )
-    if not changes and not result.conflicts:
+    if not changes and not conflicts:
         state.in_sync[uid] = inputs
-    return Decision(plan, report, changes, result, now)
+    return Decision(plan, report, changes, conflicts, now)
 
 
 def never_acted_on(seen: Snapshot | None) -> bool:
@@ -541,8 +537,8 @@ async def _act(state: OperatorState, seen: Snapshot, decision: Decision, logger:
         return
     # At once: a restart stops the old chief and every PS that served it (49 of them in a big job).
     await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
-    if decision.changes or decision.planned.conflicts:
-        result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.planned)
+    if decision.changes or decision.conflicts:
+        result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
         for ref in result.conflicts:
             kopf.warn(
                 job, reason="NameConflict", message=f"{ref} exists and is not owned by this job; left alone"

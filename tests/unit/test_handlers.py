@@ -25,13 +25,14 @@ from psoperator import GROUP, handlers
 from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import PROGRESS_PATH
-from psoperator.draft import PodDeletion
-from psoperator.kube import LIST_PAGE, ApplyResult, ChildVerb
+from psoperator.kube import LIST_PAGE
 from psoperator.metrics.readings import JobReading
 from psoperator.metrics.registry import Metrics
 from psoperator.observe.cache import Snapshot
 from psoperator.observe.views import slim_child
-from psoperator.reconcile import ReconcilePlan
+from psoperator.plan.children import ChildVerb
+from psoperator.plan.draft import PodDeletion
+from psoperator.plan.stages import ReconcilePlan
 from psoperator.render import RenderOptions, render_children
 from tests.unit import builders
 from tests.unit.test_kube import RecordingKube
@@ -491,7 +492,7 @@ def test_a_restarts_pod_deletions_go_out_at_once() -> None:
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     deletions = [PodDeletion(f"ctr-{name}", f"uid-{name}", 5) for name in ("chief-0x", "ps-0", "ps-1")]
     plan = ReconcilePlan(status={}, render=None, delete_pods=deletions)
-    decision = handlers.Decision(plan, None, [], ApplyResult(), datetime.now(UTC))
+    decision = handlers.Decision(plan, None, [], [], datetime.now(UTC))
     asyncio.run(handlers._act(state, Snapshot(job, [], []), decision, logging.getLogger("test")))
     assert sorted(path for _, path in kube.calls) == [
         f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")

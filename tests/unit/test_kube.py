@@ -13,9 +13,9 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP
 from psoperator.api.labels import LABEL_ATTEMPT
-from psoperator.draft import PodDeletion
 from psoperator.kube import Kube, StaleJob, api_failure, resource_of
 from psoperator.observe.views import parse_pod
+from psoperator.plan.draft import PodDeletion
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
 

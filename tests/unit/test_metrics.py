@@ -16,7 +16,7 @@ from psoperator.kube import StaleJob
 from psoperator.metrics import doc as metrics_doc
 from psoperator.metrics.readings import STEP_RATE_IDLE_SECONDS, JobReading, read_job, step_rate
 from psoperator.metrics.registry import Metrics
-from psoperator.reconcile import plan_reconcile
+from psoperator.plan.stages import plan_reconcile
 from psoperator.timeutil import format_time
 from tests.unit.builders import (
     NOW,

@@ -8,10 +8,9 @@ from typing import Any
 from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.contract import Role
-from psoperator.draft import Draft, Event
 from psoperator.observe.views import Observed, owned_pods, parse_pod
-from psoperator.policies.recovery import restart_budget_used
-from psoperator.reconcile import (
+from psoperator.plan.draft import Draft, Event
+from psoperator.plan.stages import (
     DECIDED,
     GO_ON,
     STAGES,
@@ -26,6 +25,7 @@ from psoperator.reconcile import (
     suspend_or_resume,
     when_finished,
 )
+from psoperator.policies.recovery import restart_budget_used
 from psoperator.timeutil import format_time
 from tests.unit.builders import (
     NOW,

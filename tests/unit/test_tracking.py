@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from psoperator.api.models import StartError, TrackedPod, Tracking
-from psoperator.reconcile import plan_reconcile
+from psoperator.plan.stages import plan_reconcile
 from tests.unit.builders import NOW, came_up, chief_job, job, observed, pod, running_cluster, with_status
 
 BASE = running_cluster()

@@ -14,3 +14,5 @@ ANNOTATION_HASH = f"{GROUP}/spec-hash"
 ANNOTATION_TRAINER_CONTAINER = f"{GROUP}/trainer-container"
 # The StatefulSet controller labels each pod with its ordinal (Kubernetes >= 1.28).
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+# The kinds of a job's children, as the renderers make them and the API client lists them.
+CHILD_KINDS = ("ConfigMap", "Service", "StatefulSet", "Job", "NetworkPolicy")

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus, ReplicaStatus
 from psoperator.api.vocabulary import ConditionType, Phase
-from psoperator.draft import ReconcilePlan
+from psoperator.plan.draft import ReconcilePlan
 from psoperator.status.conditions import is_true
 from psoperator.timeutil import parse_time
 

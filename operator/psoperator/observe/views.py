@@ -386,7 +386,7 @@ def slim_child(obj: Obj) -> Obj:
     """What the operator reads of a child (Service, StatefulSet, Job, ConfigMap, NetworkPolicy): its
     kind, metadata (without managedFields), status and, of a Job, whether it is suspended. The spec
     (pod templates with TF_CONFIG) and a ConfigMap's data are left out: a child is compared with the
-    rendered one by its hash annotation (kube.plan_children)."""
+    rendered one by its hash annotation (plan/children.py)."""
     kept: Obj = {"kind": obj.get("kind"), "metadata": _metadata(obj), "status": _dict(obj.get("status"))}
     if obj.get("kind") == "Job":
         kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}

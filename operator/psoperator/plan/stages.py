@@ -1,9 +1,9 @@
 """One reconcile, decided purely: the job and what was observed in, the status and actions out.
 
-The kopf layer fetches, calls `plan_reconcile`, writes the status once, then applies the children
-and emits the events. Writing the status before acting makes every recovery exactly-once: the
-restart counter in the status names the chief attempt that must exist, so an operator that dies
-half-way through a restart finishes it after a restart instead of doing it twice.
+The reconcile protocol (control/) reads, calls `plan_reconcile`, writes the status once, then
+applies the children and emits the events. Writing the status before acting makes every recovery
+exactly-once: the restart counter in the status names the chief attempt that must exist, so an
+operator that dies half-way through a restart finishes it after a restart instead of doing it twice.
 
 The decision is a sequence of named stages on one draft (see draft.py), in the spirit of jobset's
 reconcile: each reads the job's spec and the draft, writes the draft, and says whether the
@@ -27,9 +27,9 @@ from psoperator.api.models import (
 )
 from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
 from psoperator.contract import ProgressReport, Role
-from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.observe.failures import Failure
 from psoperator.observe.views import START_ERRORS, Observed
+from psoperator.plan.draft import Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.policies import deadline, node_lost, ps_recycle, recovery, scheduling, stall, success, ttl
 from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
