@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e import chaos, psjobs
 from e2e.leases import Handovers
 from e2e.util import as_json, rss_mib, wait_for
-from psoperator.leader import LeaseRecord
+from psoperator.control.leader import LeaseRecord
 
 Obj = dict[str, Any]
 # One step of a scenario (e.g. Running again after a restart) while the leader is killed every

@@ -69,10 +69,10 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     from psoperator import handlers  # noqa: F401  (registers the handlers)
+    from psoperator.control.leader import Election
+    from psoperator.control.state import Config, OperatorState
     from psoperator.faults import faults_from_environment
-    from psoperator.handlers import OperatorState
     from psoperator.kube import Kube, load_config
-    from psoperator.leader import Election
     from psoperator.metrics.registry import Metrics
 
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
@@ -89,10 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.operator_namespace:
             return _usage_error("run", "--leader-election needs --operator-namespace (or $POD_NAMESPACE)")
         election = Election(args.operator_namespace, args.leader_election, args.lease_seconds)
-    state = OperatorState(
-        election=election,
-        kube=Kube(on_response=metrics.api_request, timeout=args.api_timeout_seconds),
-        metrics=metrics,
+    config = Config(
         cluster_domain=args.cluster_domain,
         operator_namespace=args.operator_namespace or None,
         resync_seconds=args.resync_seconds,
@@ -100,6 +97,8 @@ def _run(args: argparse.Namespace) -> int:
         progress_port=args.progress_port,
         faults=faults,
     )
+    kube = Kube(on_response=metrics.api_request, timeout=args.api_timeout_seconds)
+    state = OperatorState(kube, metrics, config, election=election)
     kopf.configure(**options.logging)
     kopf.run(**options.run, memo=kopf.Memo(state=state))
     return 0

@@ -14,14 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
-from psoperator.contract import PROGRESS_PATH, ProgressReport
 from psoperator.plan.children import ChildChange, ChildVerb, plan_children
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import changeable
@@ -361,27 +359,6 @@ def _reason(error: ApiException) -> str:
         return str(json.loads(error.body or "{}").get("message", error.reason))
     except ValueError:
         return str(error.reason)
-
-
-class NotServing(Exception):
-    """Nothing takes connections at the chief's progress port."""
-
-
-async def fetch_progress(
-    session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
-) -> ProgressReport | None:
-    """The chief's progress report; None when it cannot be had or makes no sense. Raises NotServing
-    when nothing takes the connection (refused, no route)."""
-    url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-            if response.status != 200:
-                return None
-            return ProgressReport.parse(await response.read())
-    except aiohttp.ClientConnectorError as error:
-        raise NotServing(url) from error
-    except (aiohttp.ClientError, TimeoutError, OSError):
-        return None
 
 
 async def in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
