@@ -2,7 +2,8 @@
 
 Children are created with POST and changed with server-side apply only once they are known to be
 ours (owner reference to the job's uid), so the operator never takes over or deletes an object it
-does not own. Blocking client calls run in threads so the kopf event loop stays responsive.
+does not own. What to change is decided elsewhere (plan/children.py); this module carries it out.
+Blocking client calls run in threads so the kopf event loop stays responsive.
 """
 
 from __future__ import annotations

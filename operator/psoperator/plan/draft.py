@@ -65,14 +65,14 @@ class Actions:
     write_now: bool = False
 
 
-@dataclass(kw_only=True)
+@dataclass
 class ReconcilePlan(Actions):
     """The decision of one reconcile: the status to write (as JSON) and the actions."""
 
     status: Obj
 
 
-@dataclass(kw_only=True)
+@dataclass
 class Draft(Actions):
     old: PSTrainingJobStatus  # as the reconcile found it
     status: PSTrainingJobStatus  # as it will be written
@@ -97,15 +97,7 @@ class Draft(Actions):
         meta = job.get("metadata", {})
         status.observed_generation = meta.get("generation")
         created = parse_time(meta.get("creationTimestamp"))
-        return cls(
-            old=old,
-            status=status,
-            observed=observed,
-            now=now,
-            created=created,
-            cluster_domain=cluster_domain,
-            operator_namespace=operator_namespace,
-        )
+        return cls(old, status, observed, now, created, cluster_domain, operator_namespace)
 
     def wake_in(self, seconds: float | None) -> None:
         """Reconcile again in `seconds` at the latest (None: no need), keeping the soonest asked."""

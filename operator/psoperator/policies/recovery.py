@@ -45,16 +45,17 @@ from psoperator.observe.views import Observed
 from psoperator.sizing.oom import suggestion_for_oom
 from psoperator.status.tracking import overdue, start_error_of, tracked_pods
 
-# Roles whose loss training survives: the coordinator reschedules a worker's steps, and the
-# evaluator only reads checkpoints. Their failures are recorded, never a reason to restart.
-TOLERATED_ROLES = frozenset({Role.WORKER, Role.EVALUATOR})
-
 
 class RecoveryAction(enum.Enum):
     NONE = "None"
     RECORD = "Record"
     RESTART_FROM_CHECKPOINT = "RestartFromCheckpoint"
     FAIL = "Fail"
+
+
+# Roles whose loss training survives: the coordinator reschedules a worker's steps, and the
+# evaluator only reads checkpoints. Their failures are recorded, never a reason to restart.
+TOLERATED_ROLES = frozenset({Role.WORKER, Role.EVALUATOR})
 
 
 @dataclass(frozen=True)
