@@ -99,16 +99,18 @@ async def read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
 
 
 async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed:
+    """What the reconcile sees of the job: its own children and pods, with the nodes of the pods,
+    waiting a little for how tracked pods that went away ended."""
     job = seen.job
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     owners = {c["metadata"]["uid"] for c in seen.children if owned_by(c, uid)}
     ours = [c for c in seen.children if owned_by(c, uid)]
     tracking = Tracking.model_validate((job.get("status") or {}).get("tracking") or {}).pods
 
-    def observe(listed: list[PodView]) -> Observed:
+    def of(listed: list[PodView]) -> Observed:
         return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
 
-    observed, key = observe(seen.pods), (job["metadata"]["namespace"], name)
+    observed, key = of(seen.pods), (job["metadata"]["namespace"], name)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
     # Wait for it a little, so the failure is classified by what happened instead of "Replaced".
     for _ in range(UNEXPLAINED_RETRIES):
@@ -119,7 +121,7 @@ async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed
         pods = (
             await in_thread(state.kube.list_pods, *key, parse_pod) if fresh or cached is None else cached.pods
         )
-        observed = observe(pods)
+        observed = of(pods)
     return with_nodes(state, observed)
 
 

@@ -38,7 +38,7 @@ from psoperator.status import tracking
 from psoperator.status.conditions import is_true
 from psoperator.status.last_failure import failure_record
 from psoperator.status.progress import merge_progress
-from psoperator.status.replicas import all_running, replica_statuses, running_phase
+from psoperator.status.replicas import all_running, ready_of, replica_statuses, running_phase
 from psoperator.timeutil import parse_time
 
 __all__ = ["STAGES", "Event", "ReconcilePlan", "plan_reconcile"]
@@ -209,9 +209,8 @@ def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
     d.status.replica_statuses = replica_statuses(
         spec, d.observed, d.old.replica_statuses, new_failures, d.status.restarts
     )
-    ps, workers = d.status.replica_statuses["ps"], d.status.replica_statuses["worker"]
-    d.status.ps_ready = f"{ps.ready}/{ps.desired}"
-    d.status.workers_ready = f"{workers.ready}/{workers.desired}"
+    counts = d.status.replica_statuses
+    d.status.ps_ready, d.status.workers_ready = ready_of(counts["ps"]), ready_of(counts["worker"])
     return GO_ON
 
 

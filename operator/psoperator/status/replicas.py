@@ -33,6 +33,11 @@ def replica_statuses(
     return result
 
 
+def ready_of(replicas: ReplicaStatus) -> str:
+    """Ready/desired, as `kubectl get` shows it (psReady, workersReady)."""
+    return f"{replicas.ready}/{replicas.desired}"
+
+
 def all_running(spec: PSTrainingJobSpec, observed: Observed, attempt: int) -> bool:
     """The chief of the current attempt, every parameter server and every worker run."""
     workers_up = len(observed.running(Role.WORKER)) == spec.worker.replicas
