@@ -54,6 +54,74 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096
 
 
+# POST here on the progress port asks the chief for a checkpoint now: it finishes the steps in flight
+# (a join), saves through its CheckpointManager between two steps and answers a CheckpointAnswer.
+# The parameters (CheckpointRequest) come as query parameters or as a JSON body; the query wins.
+# Idempotent: a request at the step of the latest checkpoint answers that checkpoint, saved=false.
+CHECKPOINT_PATH = "/checkpoint"
+DEFAULT_CHECKPOINT_DEADLINE_SECONDS = 60.0
+# The longest deadline or hold a request may ask for.
+MAX_CHECKPOINT_REQUEST_SECONDS = 3600.0
+
+
+class CheckpointStatus(enum.IntEnum):
+    """HTTP status of the answer to a checkpoint request."""
+
+    # Saved, or the latest checkpoint already is at the chief's step (saved=false).
+    SAVED = 200
+    # A parameter that is no number or out of range: reason says which.
+    BAD_REQUEST = 400
+    METHOD_NOT_ALLOWED = 405
+    # The chief cannot save: not training yet, training ended, a parameter server does not answer,
+    # the coordinator failed. The reason says which; the runtime stops as it would without asking.
+    REFUSED = 503
+    # The deadline passed before the checkpoint was written (a save already begun goes on).
+    DEADLINE_EXCEEDED = 504
+
+
+class CheckpointRequest(BaseModel):
+    """The parameters of POST CHECKPOINT_PATH."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    deadline_seconds: float = Field(
+        DEFAULT_CHECKPOINT_DEADLINE_SECONDS,
+        alias="deadlineSeconds",
+        gt=0,
+        le=MAX_CHECKPOINT_REQUEST_SECONDS,
+        description="How long the caller waits for the answer.",
+    )
+    hold_seconds: float = Field(
+        0.0,
+        alias="holdSeconds",
+        ge=0,
+        le=MAX_CHECKPOINT_REQUEST_SECONDS,
+        description="After the save, schedule no step for this long: a stop that follows loses nothing.",
+    )
+
+
+class CheckpointAnswer(BaseModel):
+    """The answer to POST CHECKPOINT_PATH: the checkpoint (status SAVED), or why there is none."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    checkpoint_step: int | None = Field(None, alias="checkpointStep", ge=0)
+    checkpoint_path: str | None = Field(None, alias="checkpointPath")
+    saved: bool = Field(False, description="Written for this request (false: it already existed).")
+    reason: str | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    @classmethod
+    def parse(cls, text: str | bytes | None) -> CheckpointAnswer | None:
+        """Parse an answer from untrusted text; None for anything missing or garbled."""
+        try:
+            return cls.model_validate_json(text) if text else None
+        except ValidationError:
+            return None
+
+
 # The largest TF_CONFIG put in the environment. Linux refuses to start a process with one environment
 # string over 128 KiB (MAX_ARG_STRLEN), and every pod of the job carries its copy to etcd and to
 # every watcher of pods: beyond this (about 400 tasks with typical names) it goes into a file.

@@ -8,19 +8,32 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tfcluster.jobs import ctr_job
 from tfcluster.kubelet import resolve_env, statefulset_pod
 
-from psoperator.contract import ExitCode, ProgressReport, Role
+from psoperator.contract import (
+    DEFAULT_CHECKPOINT_DEADLINE_SECONDS,
+    CheckpointAnswer,
+    CheckpointRequest,
+    CheckpointStatus,
+    ExitCode,
+    ProgressReport,
+    Role,
+)
 from psoperator.render import render_children
 from pstrainer.cadence import Cadence
 from pstrainer.config import DEFAULT_CHECKPOINT_INTERVAL_SECONDS, ConfigError, load_config, parse_tf_config
 from pstrainer.exits import classify_exception, describe
+from pstrainer.ondemand import CheckpointRequests, Outcome, parse_request, unanswered
 from pstrainer.progress import ProgressServer, ProgressTracker, write_termination_message
 from pstrainer.scoring import log_loss_and_auc
 
@@ -62,6 +75,12 @@ def test_flags_override_the_environment_which_overrides_defaults() -> None:
     assert (config.steps, config.model.vocab_size, config.model.embedding_dim) == (7, 33, 16)
     assert config.checkpoint_interval_seconds == DEFAULT_CHECKPOINT_INTERVAL_SECONDS
     assert config.termination_message_path is None
+    # Both within Kubernetes' default termination grace of 30 s.
+    assert (config.termination_checkpoint_seconds, config.ps_drain_seconds) == (20, 20)
+    drained = load_config(
+        ["--termination-checkpoint-seconds=5"], env_for("ps", PSTRAINER_PS_DRAIN_SECONDS="0")
+    )
+    assert (drained.termination_checkpoint_seconds, drained.ps_drain_seconds) == (5, 0)
 
 
 def test_evaluator_needs_no_cluster() -> None:
@@ -97,6 +116,8 @@ def test_evaluator_needs_no_cluster() -> None:
         (env_for("chief", PSTRAINER_STEPS="many"), [], "--steps"),
         (env_for("chief"), ["--partitioner=round"], "--partitioner"),
         (env_for("chief"), ["--inject-fault=typo"], "--inject-fault"),
+        (env_for("ps", PSTRAINER_PS_DRAIN_SECONDS="-1"), [], "--ps-drain-seconds"),
+        (env_for("chief"), ["--termination-checkpoint-seconds=0"], "--termination-checkpoint-seconds"),
     ],
 )
 def test_bad_configuration_is_a_config_error(env: dict[str, str], argv: list[str], fragment: str) -> None:
@@ -276,6 +297,160 @@ def test_progress_server_serves_report_and_metrics() -> None:
         server.stop()
 
 
+def _post(port: int, path: str, body: bytes = b"") -> tuple[int, CheckpointAnswer | None]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("POST", path, body=body)
+        response = connection.getresponse()
+        return response.status, CheckpointAnswer.parse(response.read())
+    finally:
+        connection.close()
+
+
+def test_progress_server_takes_checkpoint_requests() -> None:
+    requests = CheckpointRequests()
+    server = ProgressServer(ProgressTracker(), port=0, host="127.0.0.1", requests=requests).start()
+    try:
+        status, answer = _post(server.port, "/checkpoint")
+        assert status == 503 and answer is not None and answer.reason == "the chief is not training yet"
+        status, answer = _post(server.port, "/checkpoint?deadlineSeconds=-1")
+        assert status == 400 and answer is not None and "deadlineSeconds" in (answer.reason or "")
+        status, answer = _post(server.port, "/checkpoint", b"[1]")
+        assert status == 400 and answer is not None and answer.reason == "the body is not a JSON object"
+        assert _post(server.port, "/progress")[0] == 404
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            raw.sendall(b"POST /checkpoint HTTP/1.1\r\nHost: x\r\nContent-Length: many\r\n\r\n")
+            assert raw.recv(4096).startswith(b"HTTP/1.0 400 ")
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        connection.request("GET", "/checkpoint")
+        assert connection.getresponse().status == 405
+        connection.close()
+    finally:
+        server.stop()
+
+
+# --- checkpoint requests --------------------------------------------------------------------------
+
+
+def test_request_parameters_from_the_body_and_the_query_which_wins() -> None:
+    params = parse_request("holdSeconds=5", b'{"deadlineSeconds": 7, "holdSeconds": 1}')
+    assert (params.deadline_seconds, params.hold_seconds) == (7, 5)
+    assert parse_request("", b"").deadline_seconds == DEFAULT_CHECKPOINT_DEADLINE_SECONDS
+    for query, body, fragment in (
+        ("deadlineSeconds=soon", b"", "deadlineSeconds"),
+        ("holdSeconds=-1", b"", "holdSeconds"),
+        ("", b"{", "not JSON"),
+    ):
+        with pytest.raises(ValueError, match=fragment):
+            parse_request(query, body)
+
+
+def test_unanswered_names_the_first_address_that_refuses() -> None:
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        open_address = f"127.0.0.1:{listening.getsockname()[1]}"
+        closed_address = f"127.0.0.1:{closed.getsockname()[1]}"
+        assert unanswered([open_address], 2) is None
+        reason = unanswered([open_address, closed_address], 2)
+        assert reason is not None and reason.startswith(f"{closed_address} does not answer")
+
+
+def _ask_in_thread(requests: CheckpointRequests, **params: float) -> tuple[threading.Thread, list[Outcome]]:
+    outcomes: list[Outcome] = []
+    request = CheckpointRequest.model_validate(params)
+    thread = threading.Thread(target=requests.ask, args=(request, outcomes.append), daemon=True)
+    thread.start()
+    return thread, outcomes
+
+
+def _wait_until(what: str, check: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+class FakeLoop:
+    """The training loop's side: one save per step, the latest checkpoint answered again."""
+
+    def __init__(self) -> None:
+        self.step, self.saves = 10, 0
+
+    def on_request(self) -> Outcome:
+        fresh = self.saves == 0
+        self.saves += fresh
+        return CheckpointStatus.SAVED, CheckpointAnswer(checkpointStep=self.step, saved=fresh)
+
+
+def test_queued_requests_are_answered_by_the_loop_once_and_idempotently() -> None:
+    requests, loop = CheckpointRequests(), FakeLoop()
+    requests.open()
+    asked = [_ask_in_thread(requests, deadlineSeconds=10) for _ in range(2)]
+    _wait_until("both queued", lambda: len(requests._pending) == 2)
+    requests.serve(loop.on_request)
+    for thread, _ in asked:
+        thread.join(5)
+    answers = sorted((saved.saved for _, outcomes in asked for _, saved in outcomes), reverse=True)
+    assert answers == [True, False] and loop.saves == 1
+    requests.serve(loop.on_request)  # nothing queued: returns at once, saves nothing
+    assert loop.saves == 1
+
+
+def test_a_request_past_its_deadline_is_answered_504_and_dropped() -> None:
+    requests, loop = CheckpointRequests(), FakeLoop()
+    requests.open()
+    thread, outcomes = _ask_in_thread(requests, deadlineSeconds=0.05)
+    thread.join(5)
+    assert outcomes[0][0] == CheckpointStatus.DEADLINE_EXCEEDED
+    assert outcomes[0][1].reason == "no checkpoint within the deadline of 0.05 s"
+    requests.serve(loop.on_request)
+    assert loop.saves == 0
+
+
+def test_a_hold_keeps_the_loop_answering_until_it_ends() -> None:
+    requests, loop = CheckpointRequests(), FakeLoop()
+    requests.open()
+    first, _ = _ask_in_thread(requests, deadlineSeconds=10, holdSeconds=0.5)
+    _wait_until("queued", lambda: bool(requests._pending))
+    began = time.monotonic()
+    serving = threading.Thread(target=requests.serve, args=(loop.on_request,), daemon=True)
+    serving.start()
+    first.join(5)
+    second, outcomes = _ask_in_thread(requests, deadlineSeconds=10)
+    second.join(5)
+    assert outcomes[0][1] == CheckpointAnswer(checkpointStep=10, saved=False)  # during the hold
+    serving.join(5)
+    assert time.monotonic() - began >= 0.5 and loop.saves == 1
+
+
+def test_a_refused_request_does_not_hold() -> None:
+    requests = CheckpointRequests()
+    requests.open()
+    asked, outcomes = _ask_in_thread(requests, deadlineSeconds=10, holdSeconds=60)
+    _wait_until("queued", lambda: bool(requests._pending))
+    refusal = (CheckpointStatus.REFUSED, CheckpointAnswer(reason="a parameter server is gone: x"))
+    serving = threading.Thread(target=requests.serve, args=(lambda: refusal,), daemon=True)
+    serving.start()
+    serving.join(5)
+    asked.join(5)
+    assert not serving.is_alive() and outcomes == [refusal]
+
+
+def test_closing_answers_the_queue_and_every_later_request() -> None:
+    requests = CheckpointRequests()
+    requests.open()
+    thread, outcomes = _ask_in_thread(requests, deadlineSeconds=10)
+    _wait_until("queued", lambda: bool(requests._pending))
+    refusal = (CheckpointStatus.REFUSED, CheckpointAnswer(reason="training failed: UnavailableError: x"))
+    requests.close(refusal)
+    thread.join(5)
+    later, later_outcomes = _ask_in_thread(requests, deadlineSeconds=10)
+    later.join(5)
+    assert outcomes == later_outcomes == [refusal]
+
+
 def test_log_loss_and_auc() -> None:
     loss, auc = log_loss_and_auc([0, 0, 1, 1], [-2.0, -1.0, 1.0, 2.0])
     assert auc == 1.0 and 0 < loss < 0.35
@@ -342,6 +517,50 @@ def test_sigterm_watcher_takes_the_signal_whatever_the_main_thread_does(tmp_path
         if process.poll() is None:
             process.kill()
             process.wait(10)
+
+
+def _run_script(body: str, tmp_path: Path) -> tuple[int, float, str]:
+    """Run a script that sets up an Exiter with the SIGTERM watcher, SIGTERM it once it is ready."""
+    script = (
+        "import sys, threading, time\n"
+        "from pstrainer.exits import Exiter, block_sigterm, keep_serving, watch_sigterm\n"
+        "block_sigterm(); exiter = Exiter(); watch_sigterm(exiter)\n"
+        "exiter.on_exit(lambda code, msg: open(sys.argv[1], 'w').write(f'{code} {msg}'))\n"
+        f"{body}\n"
+    )
+    marker = tmp_path / "exit"
+    process = subprocess.Popen([sys.executable, "-c", script, str(marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = process.wait(10)
+        return code, time.monotonic() - sent, marker.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def test_a_parameter_server_serves_its_drain_time_after_sigterm(tmp_path: Path) -> None:
+    code, took, marker = _run_script(
+        "exiter.before_termination(keep_serving(0.5))\nprint('ready', flush=True)\nthreading.Event().wait()",
+        tmp_path,
+    )
+    assert (code, marker) == (ExitCode.TERMINATED, "143 terminated by SIGTERM")
+    assert took >= 0.5
+
+
+def test_a_failure_during_the_action_before_termination_still_exits_143(tmp_path: Path) -> None:
+    """The chief's save fails because a parameter server is gone too: still a stop, not a crash."""
+    code, _, marker = _run_script(
+        "started = threading.Event()\n"
+        "exiter.before_termination(lambda: (started.set(), threading.Event().wait(30)))\n"
+        "print('ready', flush=True)\n"
+        "started.wait(); exiter.exit(138, 'UnavailableError: ps gone')",
+        tmp_path,
+    )
+    assert (code, marker) == (ExitCode.TERMINATED, "143 terminated by SIGTERM")
 
 
 def test_the_readme_lists_every_trainer_metric() -> None:

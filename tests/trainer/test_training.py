@@ -16,16 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tfcluster.jobs import ctr_job
+from tfcluster.jobs import PS_DRAIN_SECONDS, ctr_job
 from tfcluster.launcher import LocalCluster, Process, wait_for
 
-from psoperator.contract import ExitCode, ProgressReport
+from psoperator.contract import CheckpointStatus, ExitCode, ProgressReport
 
 pytestmark = pytest.mark.tensorflow
 
 SERVERS = ("ps-0", "ps-1", "worker-0", "worker-1")
 # Five TensorFlow processes starting at once on two cores take a while to import TensorFlow.
 STARTUP_SECONDS = 120.0
+# A step interval no test reaches: the chief then saves only when asked (and at the last step).
+NO_CADENCE = 10**9
 
 
 def measure(name: str, value: float, unit: str) -> None:
@@ -201,20 +203,114 @@ def test_bug_in_model_exits_permanent(cluster: LocalCluster, tmp_path: Path) -> 
     assert report.step < 1000
 
 
-def test_sigterm_exits_terminated(cluster: LocalCluster, tmp_path: Path) -> None:
+def chief_training(
+    cluster: LocalCluster, tmp_path: Path
+) -> tuple[Process, dict[str, object], ProgressReport]:
+    """Every server up and a chief past its first steps, which saves only when asked."""
     ensure_servers(cluster)
-    chief = start_chief(cluster, ctr_job(tmp_path / "ckpt", ["--steps=1000000"]))
-    progress_where(cluster, chief, "the first steps", lambda r: r.step > 0)
+    job = ctr_job(tmp_path / "ckpt", ["--steps=1000000"], interval_steps=NO_CADENCE)
+    chief = start_chief(cluster, job)
+    return chief, job, progress_where(cluster, chief, "the first steps", lambda r: r.step > 0)
+
+
+def latest_checkpoint_name(directory: Path) -> str:
+    """The latest checkpoint's name in the directory's `checkpoint` state file, read without TF."""
+    found = re.search(
+        r'^model_checkpoint_path: "(.+)"$', (directory / "checkpoint").read_text(), re.MULTILINE
+    )
+    assert found is not None
+    return Path(found.group(1)).name
+
+
+def test_sigterm_saves_at_the_step_it_stops_at_then_exits_terminated(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    chief, _, before = chief_training(cluster, tmp_path)
     chief.signal(signal.SIGTERM)
     sent = time.monotonic()
-    assert wait_exit(chief, 15) == ExitCode.TERMINATED, chief.log()[-4000:]
+    assert wait_exit(chief, 30) == ExitCode.TERMINATED, chief.log()[-4000:]
     measure("sigterm_to_chief_exit", time.monotonic() - sent, "s")
     report = chief.termination_message()
-    assert report is not None and report.exit_code == ExitCode.TERMINATED and report.step > 0
+    assert report is not None and report.exit_code == ExitCode.TERMINATED
     assert report.message == "terminated by SIGTERM"
+    # The steps in flight were finished and saved, and none scheduled after.
+    assert report.checkpoint_step == report.step and report.step >= before.step
+    assert latest_checkpoint_name(tmp_path / "ckpt") == f"ckpt-{report.step}"
 
-    # A worker blocked in server.join() stops just as promptly.
+    # A worker blocked in server.join() stops just as promptly, without a drain: it holds no state.
     worker = cluster.processes["worker-1"]
     worker.signal(signal.SIGTERM)
     assert wait_exit(worker, 15) == ExitCode.TERMINATED, worker.log()[-4000:]
     cluster.start("worker-1")
+
+
+def test_checkpoint_request_saves_now_holds_and_a_new_chief_resumes_there(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    chief, job, _ = chief_training(cluster, tmp_path)
+
+    asked = time.monotonic()
+    status, answer = cluster.checkpoint(30, deadlineSeconds=20, holdSeconds=60)
+    measure("checkpoint_request", time.monotonic() - asked, "s")
+    assert status == CheckpointStatus.SAVED and answer.saved, answer
+    assert answer.checkpoint_step is not None and answer.checkpoint_step > 0
+    assert answer.checkpoint_path == str(tmp_path / "ckpt" / f"ckpt-{answer.checkpoint_step}")
+    assert Path(answer.checkpoint_path + ".index").exists()
+    state = tmp_path / "ckpt" / "checkpoint"
+    written = state.stat().st_mtime_ns
+
+    # Held: the step stays, and asking again answers the same checkpoint without writing another.
+    status, again = cluster.checkpoint(30, deadlineSeconds=20)
+    assert status == CheckpointStatus.SAVED and not again.saved
+    assert (again.checkpoint_step, again.checkpoint_path) == (answer.checkpoint_step, answer.checkpoint_path)
+    assert state.stat().st_mtime_ns == written
+    held = cluster.progress()
+    assert held is not None and held.step == answer.checkpoint_step
+    chief.signal(signal.SIGKILL)
+    wait_exit(chief, 10)
+
+    resumed_chief = start_chief(cluster, job, attempt=1)
+    resumed = progress_where(
+        cluster, resumed_chief, "the resumed step", lambda r: r.resumed_from_step is not None
+    )
+    assert resumed.resumed_from_step == answer.checkpoint_step
+    resumed_chief.signal(signal.SIGKILL)
+    wait_exit(resumed_chief, 10)
+
+
+def test_checkpoint_request_is_refused_once_a_ps_is_gone(cluster: LocalCluster, tmp_path: Path) -> None:
+    chief, _, _ = chief_training(cluster, tmp_path)
+    ps = cluster.processes["ps-1"]
+    ps.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    status, answer = cluster.checkpoint(30, deadlineSeconds=20)
+    measure("ps_kill_to_checkpoint_refusal", time.monotonic() - killed, "s")
+    assert status == CheckpointStatus.REFUSED, answer
+    # Refused by the loop's probe, or by the coordinator's error when the join noticed first.
+    assert answer.reason is not None and answer.checkpoint_path is None
+    assert answer.reason.startswith(("a parameter server is gone: ctr-ps-1.", "training failed: ")), answer
+    assert wait_exit(chief, 30) == ExitCode.RETRYABLE, chief.log()[-4000:]
+    wait_exit(ps, 10)
+
+
+def test_a_ps_given_sigterm_serves_its_drain_time_so_the_chief_can_checkpoint(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    chief, _, _ = chief_training(cluster, tmp_path)
+    ps = cluster.processes["ps-1"]
+    ps.signal(signal.SIGTERM)
+    sent = time.monotonic()
+
+    status, answer = cluster.checkpoint(30, deadlineSeconds=PS_DRAIN_SECONDS, holdSeconds=60)
+    assert status == CheckpointStatus.SAVED and answer.saved, answer
+    assert ps.poll() is None, "the PS left before its drain time"
+    assert wait_exit(ps, PS_DRAIN_SECONDS + 10) == ExitCode.TERMINATED, ps.log()[-4000:]
+    drained = time.monotonic() - sent
+    measure("ps_sigterm_to_exit", drained, "s")
+    assert drained >= PS_DRAIN_SECONDS - 0.5
+
+    # Still held at the checkpoint's step: the chief's own SIGTERM answers it again and exits.
+    chief.signal(signal.SIGTERM)
+    assert wait_exit(chief, 30) == ExitCode.TERMINATED, chief.log()[-4000:]
+    report = chief.termination_message()
+    assert report is not None and report.checkpoint_step == answer.checkpoint_step == report.step

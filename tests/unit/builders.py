@@ -115,7 +115,10 @@ def pod(
     }
 
 
-def chief_job(attempt: int = 0, *, failed: str | None = None, complete: bool = False) -> Obj:
+def chief_job(
+    attempt: int = 0, *, failed: str | None = None, complete: bool = False, completed: datetime | None = None
+) -> Obj:
+    """A chief Job; `completed` is its status.completionTime (the Job controller sets it on success)."""
     conditions = []
     if failed:
         conditions.append(
@@ -127,7 +130,11 @@ def chief_job(attempt: int = 0, *, failed: str | None = None, complete: bool = F
         "kind": "Job",
         "metadata": {"name": f"{JOB}-chief", "labels": {LABEL_JOB: JOB, LABEL_ATTEMPT: str(attempt)}},
         "spec": {"suspend": False},
-        "status": {"conditions": conditions, "active": 0 if (failed or complete) else 1},
+        "status": {
+            "conditions": conditions,
+            "active": 0 if (failed or complete) else 1,
+            **({"completionTime": format_time(completed)} if completed else {}),
+        },
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from psoperator.api.labels import LABEL_JOB
@@ -98,6 +99,24 @@ def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_
     # ctr-ps-0: the watch's version is newer than the listed one, and is kept.
     assert phases == {"ctr-ps-0": "Running", "after-the-read-began": "Running", "not-watched-yet": "Running"}
     assert cache.read_at[key] == started
+
+
+def test_a_late_deletion_of_an_old_pod_does_not_remove_the_new_pod_of_its_name() -> None:
+    """The StatefulSet replaced ctr-ps-0; a fresh read stored the new one before the watch delivered
+    the old one's DELETED. The next reconcile from the cache must still see the PS."""
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    old = _pod("ctr-ps-0", "Running", 5)
+    _seen(cache, "ADDED", old)
+    new = _pod("ctr-ps-0", "Pending", 9)
+    new["metadata"]["uid"] = "ctr-ps-0-new-uid"
+    cache.read_fresh(key, _job(1, 2), [], [parse_pod(new)], time.monotonic())
+    _seen(cache, "DELETED", _pod("ctr-ps-0", "Failed", 6))  # the old pod's last word, late
+    snapshot = cache.snapshot(key)
+    assert snapshot is not None and [p.uid for p in snapshot.pods] == ["ctr-ps-0-new-uid"]
+    _seen(cache, "DELETED", new)
+    assert cache.snapshot(key) == replace(snapshot, pods=[])
 
 
 def test_the_job_is_kept_without_its_managed_fields() -> None:

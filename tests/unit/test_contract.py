@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from pydantic import ValidationError
+
 from psoperator import contract
 from psoperator.contract import ProgressReport
 from psoperator.render import render_children
@@ -44,3 +47,35 @@ def test_a_resolved_index_is_left_alone() -> None:
     expanded = _ps_tf_config_template().replace("$(PSOP_TASK_INDEX)", "0")
     env = {contract.ENV_TF_CONFIG: expanded, contract.ENV_TASK_INDEX: "0", contract.ENV_POD_NAME: "ctr-ps-1"}
     assert contract.tf_config_text(env) == expanded
+
+
+def test_checkpoint_answer_round_trips_and_rejects_garbage() -> None:
+    answer = contract.CheckpointAnswer(checkpointStep=120, checkpointPath="/ckpt/ckpt-120", saved=True)
+    assert json.loads(answer.to_json()) == {
+        "checkpointStep": 120,
+        "checkpointPath": "/ckpt/ckpt-120",
+        "saved": True,
+    }
+    assert contract.CheckpointAnswer.parse(answer.to_json()) == answer
+    for garbage in (None, "", "{", "[]", '{"checkpointStep": -1}', b"\xff\xfe"):
+        assert contract.CheckpointAnswer.parse(garbage) is None
+
+
+def test_checkpoint_request_defaults_and_bounds() -> None:
+    default = contract.CheckpointRequest()
+    assert (default.deadline_seconds, default.hold_seconds) == (
+        contract.DEFAULT_CHECKPOINT_DEADLINE_SECONDS,
+        0,
+    )
+    assert (
+        contract.CheckpointRequest.model_validate({"deadlineSeconds": "5", "holdSeconds": 2}).hold_seconds
+        == 2
+    )
+    for bad in (
+        {"deadlineSeconds": 0},
+        {"holdSeconds": -1},
+        {"deadlineSeconds": "soon"},
+        {"holdSeconds": 1e9},
+    ):
+        with pytest.raises(ValidationError):
+            contract.CheckpointRequest.model_validate(bad)

@@ -259,3 +259,13 @@ def test_size_is_well_under_the_etcd_and_annotation_limits() -> None:
     # etcd rejects objects over 1.5 MiB; a client-side `kubectl apply` stores the whole object in
     # an annotation, which is limited to 256 KiB.
     assert size < 256 * 1024, f"CRD is {size} bytes"
+
+
+def test_the_restarts_column_says_what_the_field_it_shows_holds() -> None:
+    """It shows status.restarts (every coordinated restart), not status.countedRestarts (those
+    counted against failurePolicy.maxRestarts, reset by a newer checkpoint)."""
+    columns = crd.render_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    [restarts] = [c for c in columns if c["name"] == "Restarts"]
+    assert restarts["jsonPath"] == ".status.restarts"
+    field = openapi()["properties"]["status"]["properties"]["restarts"]
+    assert restarts["description"] == field["description"]

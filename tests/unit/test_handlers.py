@@ -26,6 +26,7 @@ from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import PROGRESS_PATH
 from psoperator.control import loop, polling, protocol
+from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import chief_report
 from psoperator.control.state import Config, JobState, OperatorState
 from psoperator.kube import LIST_PAGE
@@ -416,11 +417,8 @@ def test_an_unexpected_error_is_logged_with_its_traceback(caplog: pytest.LogCapt
     assert caplog.records[0].levelname == "ERROR" and caplog.records[0].exc_info is not None
 
 
-def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A Running job's reconciles render nothing while its version, the plan and the children's
-    owners, attempts and hashes stay the same; nothing rendered is kept for it."""
+def _counting_renders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job's resourceVersion at each of the protocol's render_children calls, as they come."""
     renders: list[str] = []
 
     def counting_render(job: Any, options: RenderOptions) -> list[Any]:
@@ -428,6 +426,21 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
         return render_children(job, options)
 
     monkeypatch.setattr(protocol, "render_children", counting_render)
+    return renders
+
+
+def _as_created(job: Any) -> list[Any]:
+    """The job's children as the API server returns them once created: each with its own uid."""
+    rendered = render_children(job, RenderOptions())
+    return [c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}} for i, c in enumerate(rendered)]
+
+
+def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Running job's reconciles render nothing while its spec (generation), the plan and the
+    children's owners, attempts and hashes stay the same; nothing rendered is kept for it."""
+    renders = _counting_renders(monkeypatch)
     state = OperatorState(RecordingKube(), Metrics())
     job_state = JobState(logging.getLogger("test"))
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
@@ -436,20 +449,35 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
         return asyncio.run(protocol.decide(state, job_state, Snapshot(seen_job, children, []), fresh=False))
 
     assert decide(job, []).changes  # a new job: its children are to be created
-    created = [
-        slim_child(c | {"metadata": {**c["metadata"], "uid": f"child-{i}"}})
-        for i, c in enumerate(render_children(job, RenderOptions()))
-    ]
+    created = [slim_child(c) for c in _as_created(job)]
     assert not decide(job, created).changes and len(renders) == 2
     assert not decide(job, created).changes and len(renders) == 2
     assert job_state.in_sync is not None  # the inputs, nothing rendered
-    version, _options, _create, _hold, fingerprint = job_state.in_sync
-    assert version == "7" and len(fingerprint) == len(created)
+    generation, _options, _create, _hold, fingerprint = job_state.in_sync
+    assert generation == 1 and len(fingerprint) == len(created)
     edited = copy.deepcopy(created)
     edited[0]["metadata"]["annotations"][ANNOTATION_HASH] = "edited by hand"
     assert [c.verb for c in decide(job, edited).changes] == [ChildVerb.PATCH] and len(renders) == 3
-    newer = job | {"metadata": {**job["metadata"], "resourceVersion": "8"}}
-    assert not decide(newer, created).changes and renders[-1] == "8"
+    respecified = job | {"metadata": {**job["metadata"], "resourceVersion": "8", "generation": 2}}
+    assert not decide(respecified, created).changes and renders[-1] == "8"
+
+
+def test_a_status_write_does_not_render_the_children_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every status write changes the job's resourceVersion, but the renderer reads only the job's
+    name, uid and spec (its generation): the next reconcile does not render."""
+    renders = _counting_renders(monkeypatch)
+    state = OperatorState(RecordingKube(), Metrics())
+    job_state = JobState(logging.getLogger("test"))
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    created = [slim_child(c) for c in _as_created(job)]
+
+    def decide(seen_job: Any) -> protocol.Decision:
+        return asyncio.run(protocol.decide(state, job_state, Snapshot(seen_job, created, []), fresh=False))
+
+    assert not decide(job).changes and renders == ["7"]
+    written = builders.with_status(job, phase="Running", step=100)
+    written["metadata"]["resourceVersion"] = "8"
+    assert not decide(written).changes and renders == ["7"]
 
 
 def _free_port() -> int:
@@ -519,7 +547,8 @@ def test_a_restarts_pod_deletions_go_out_at_once() -> None:
     deletions = [PodDeletion(f"ctr-{name}", f"uid-{name}", 5) for name in ("chief-0x", "ps-0", "ps-1")]
     plan = ReconcilePlan(status={}, render=None, delete_pods=deletions)
     decision = protocol.Decision(plan, None, [], [], datetime.now(UTC))
-    asyncio.run(protocol.act(state, Snapshot(job, [], []), decision, logging.getLogger("test")))
+    log = logging.getLogger("test")
+    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     assert sorted(path for _, path in kube.calls) == [
         f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")
     ]
@@ -545,3 +574,96 @@ def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is
     assert len([method for method, _ in calls if method == "POST"]) == len(render_children(new))
     acted_on = first_reconcile(builders.with_status(new, phase="Pending"))
     assert acted_on[0] == ("GET", f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr")
+
+
+def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() -> None:
+    """A renew that hangs: the elector still leads until its step times out, but the standby may
+    take the Lease over then; a reconcile about to write, delete or create does nothing."""
+
+    async def nothing() -> None:
+        pass
+
+    kube = RecordingKube()
+    state = OperatorState(kube, Metrics())
+    state.elector = Elector(kube, Election("ops", "psop", 8), nothing, nothing)
+    state.elector.leading, state.elector.renewed = True, time.monotonic() - 6  # renew deadline: 5.3 s
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    plan = ReconcilePlan(
+        status={"phase": "Restarting"}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)]
+    )
+    decision = protocol.Decision(plan, None, [], [], datetime.now(UTC))
+    log = logging.getLogger("test")
+    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
+    assert kube.calls == []
+
+
+class OneJobKube(RecordingKube):
+    """The API of one job and its children, as reads answer; a status write is merged into the job
+    and bumps its resourceVersion. Requests that reach the wire (creates, patches) are recorded."""
+
+    def __init__(self, job: Any, children: list[Any]) -> None:
+        super().__init__()
+        self.job, self.children, self.reads = job, children, 0
+
+    def get_job(self, namespace: str, name: str) -> Any:
+        self.reads += 1
+        return copy.deepcopy(self.job)
+
+    def list_children(self, namespace: str, job_name: str, kind: str) -> list[Any]:
+        return [copy.deepcopy(c) for c in self.children if c["kind"] == kind]
+
+    def list_pods(self, namespace: str, job_name: str, keep: Any) -> list[Any]:
+        return []
+
+    def patch_job_status(self, namespace: str, name: str, patch: Any, resource_version: str) -> Any:
+        self.wire.sent.append(("PATCH", "status", "", None))
+        meta = self.job["metadata"]
+        status = {k: v for k, v in {**self.job["status"], **patch}.items() if v is not None}
+        self.job = {
+            **self.job,
+            "metadata": {**meta, "resourceVersion": str(int(meta["resourceVersion"]) + 1)},
+        }
+        self.job["status"] = status
+        return copy.deepcopy(self.job)
+
+
+@pytest.mark.parametrize("unmade", ["NameConflict", "ChildRejected"])
+def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_writes(
+    monkeypatch: pytest.MonkeyPatch, unmade: str
+) -> None:
+    """A Service of the job's name that another owner holds, or one whose create the API server
+    refuses (422): the first reconcile tells it (one event); the next ones, while nothing changed,
+    neither read fresh nor write nor tell again (at a 10 s resync, 8,640 events and 60,000 requests
+    a day otherwise) until the job's periodic fresh read (every 10 minutes)."""
+    warnings: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda _job, reason, message: warnings.append(reason))
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = _as_created(job)
+    service = next(c for c in children if c["kind"] == "Service")
+    if unmade == "NameConflict":
+        service["metadata"]["ownerReferences"] = [{"kind": "Deployment", "name": "web", "uid": "other"}]
+    else:
+        children.remove(service)
+    kube = OneJobKube(job, children)
+    kube.wire.statuses = [422]  # the create of the missing Service
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+    for child in children:
+        state.cache.child_seen("ADDED", child)
+
+    def reconcile() -> None:
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+
+    reconcile()
+    assert warnings == [unmade] and kube.reads == 1
+    sent, reads = len(kube.wire.sent), kube.reads
+    reconcile()
+    reconcile()
+    assert warnings == [unmade] and kube.reads == reads and len(kube.wire.sent) == sent
+    # The job's periodic fresh read tries again (an object in the way without the job label is
+    # watched by no one), and tells nothing new.
+    state.cache.read_at.clear()
+    reconcile()
+    assert warnings == [unmade] and kube.reads == reads + 1

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import socket
+import time
 from typing import Any
 
+import aiohttp
 import pytest
 import urllib3
 from kubernetes import client
@@ -13,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP
 from psoperator.api.labels import LABEL_ATTEMPT
+from psoperator.control.polling import NotServing, fetch_progress
 from psoperator.kube import Kube, StaleJob, api_failure, resource_of
 from psoperator.observe.views import parse_pod
 from psoperator.plan.draft import PodDeletion
@@ -286,3 +291,20 @@ def test_a_failed_request_is_told_in_one_line_and_nothing_else_is(error: Excepti
 )
 def test_a_requests_resource_is_named_as_kubernetes_names_it(path: str, resource: str) -> None:
     assert resource_of(path) == resource
+
+
+def test_a_progress_port_that_takes_the_connection_and_never_answers_is_not_serving() -> None:
+    """A hung chief (or one whose runtime stopped answering): each ask costs the whole timeout, so
+    it backs off as a refusal does (handlers._progress), instead of costing every reconcile 2 s."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen()  # the kernel completes the handshake; nothing ever reads or answers
+
+        async def ask() -> None:
+            async with aiohttp.ClientSession() as session:
+                await fetch_progress(session, "127.0.0.1", hung.getsockname()[1], timeout=0.2)
+
+        started = time.monotonic()
+        with pytest.raises(NotServing):
+            asyncio.run(ask())
+        assert time.monotonic() - started < 2

@@ -4,6 +4,8 @@ an elector steps up and down (against a fake of the two Lease calls)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -60,8 +62,11 @@ class FakeLeases:
         self.stored: Obj | None = None
         self.version = 0
         self.down = False
+        self.stalled: threading.Event | None = None  # set: the GET answers (a half-open connection)
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
+        if self.stalled is not None:
+            self.stalled.wait(timeout=30)
         if self.down:
             raise ConnectionError("API server unreachable")
         return self.stored
@@ -77,14 +82,14 @@ class FakeLeases:
         return True
 
 
-def elector(leases: FakeLeases, events: list[str], name: str) -> Elector:
+def elector(leases: FakeLeases, events: list[str], name: str, duration: int = 8) -> Elector:
     async def lead() -> None:
         events.append(f"{name} leads")
 
     async def follow() -> None:
         events.append(f"{name} follows")
 
-    made = Elector(leases, Election("ops", "psop", 8), lead, follow)  # type: ignore[arg-type]
+    made = Elector(leases, Election("ops", "psop", duration), lead, follow)  # type: ignore[arg-type]
     made.me = name
     return made
 
@@ -121,6 +126,36 @@ def test_a_leader_that_cannot_renew_steps_down_at_its_renew_deadline(
     asyncio.run(scenario())
     assert a.leading is still_leading
     assert events == ["a leads"] + ([] if still_leading else ["a follows"])
+
+
+def test_a_lease_request_that_never_answers_is_a_lost_renew_at_the_renew_deadline() -> None:
+    """A half-open connection: the Lease GET hangs (30 s, retried). The leader stops its loops when
+    its renew deadline passes, before another replica may take the Lease over, not when it answers."""
+    leases, events = FakeLeases(), list[str]()
+    a = elector(leases, events, "a", duration=2)  # renew deadline: 1.3 s, ample for the first step
+
+    async def scenario() -> float:
+        await a.step(time.monotonic())
+        leases.stalled = threading.Event()
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(a.step(started), timeout=5)
+        finally:
+            leases.stalled.set()  # lets the request's thread end
+        return time.monotonic() - started
+
+    took = asyncio.run(scenario())
+    assert events == ["a leads", "a follows"] and not a.leading
+    assert took < a.election.renew_deadline + 1
+
+
+def test_holding_the_lease_means_renewed_within_the_renew_deadline_by_now() -> None:
+    """What a loop asks right before it acts: a renew may be hanging while the elector still leads."""
+    leases, events = FakeLeases(), list[str]()
+    a = elector(leases, events, "a")
+
+    asyncio.run(a.step(100.0))
+    assert a.holds(105.0) and not a.holds(105.5)
 
 
 def test_release_frees_the_lease_for_an_immediate_takeover() -> None:

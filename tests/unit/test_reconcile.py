@@ -253,6 +253,44 @@ def test_deadline_fails_the_job() -> None:
     assert (plan.status["phase"], _conditions(plan.status)["Failed"][1]) == ("Failed", "DeadlineExceeded")
 
 
+@pytest.mark.parametrize(("completed_after", "phase"), [(50, "Succeeded"), (70, "Failed")])
+def test_a_chief_that_completed_before_the_deadline_but_is_seen_after_it_succeeded(
+    completed_after: int, phase: str
+) -> None:
+    """The operator was down when the chief completed: first seen past activeDeadlineSeconds, the
+    job succeeded if the chief Job's completionTime is within the deadline, and failed if not."""
+    started = NOW - timedelta(seconds=120)
+    done = chief_job(complete=True, completed=started + timedelta(seconds=completed_after))
+    plan = plan_reconcile(
+        with_status(
+            job(runPolicy={"activeDeadlineSeconds": 60}), phase="Running", startTime=format_time(started)
+        ),
+        observed(BASE, done),
+        None,
+        NOW,
+    )
+    assert plan.status["phase"] == phase
+
+
+def test_a_chief_pod_that_finished_before_the_deadline_is_enough_without_a_completion_time() -> None:
+    started = NOW - timedelta(seconds=120)
+    finished = {
+        "exitCode": 0,
+        "reason": "Completed",
+        "finishedAt": format_time(started + timedelta(seconds=50)),
+    }
+    pods = [pod("chief", 0, attempt=0, phase="Succeeded", terminated=finished), *BASE[1:]]
+    plan = plan_reconcile(
+        with_status(
+            job(runPolicy={"activeDeadlineSeconds": 60}), phase="Running", startTime=format_time(started)
+        ),
+        observed(pods, chief_job(complete=True)),
+        None,
+        NOW,
+    )
+    assert plan.status["phase"] == "Succeeded"
+
+
 def test_deadline_schedules_the_next_reconcile() -> None:
     started = format_time(NOW - timedelta(seconds=50))
     plan = plan_reconcile(

@@ -109,6 +109,12 @@ def test_tf_config_for_every_task(role: str, count: int) -> None:
         }
 
 
+@pytest.mark.parametrize("role", ["ps", "worker"])
+def test_a_changed_template_rolls_no_running_pod(role: str) -> None:
+    sts = _by_kind(render_children(job()))[("StatefulSet", f"ctr-{role}")]
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
 def test_the_index_is_defined_before_tf_config_references_it() -> None:
     sts = _by_kind(render_children(job()))[("StatefulSet", "ctr-ps")]
     names = [e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]]

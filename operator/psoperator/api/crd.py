@@ -275,7 +275,9 @@ PRINTER_COLUMNS: list[dict[str, str | int]] = [
         "name": "Restarts",
         "type": "integer",
         "jsonPath": ".status.restarts",
-        "description": "Coordinated restarts counted against spec.failurePolicy.maxRestarts.",
+        # The field's own description: the column shows status.restarts, not the countedRestarts
+        # that maxRestarts counts (and a newer checkpoint resets).
+        "description": str(PSTrainingJobStatus.model_fields["restarts"].description),
     },
     {
         "name": "Step",

@@ -7,6 +7,8 @@ written by another machine's clock, which may be skewed). A holder that has not 
 `renew_deadline` seconds (shorter than `duration`) stops reconciling before anyone may take over,
 so two replicas never reconcile at once while both can reach the API; status writes carry the
 resourceVersion they were computed from, so even then a stale replica's write is refused (409).
+A request that never answers (a half-open connection) ends at the renew deadline too: each step is
+bounded by it, and a loop asks `holds` right before it acts.
 """
 
 from __future__ import annotations
@@ -148,22 +150,40 @@ class Elector:
 
     async def step(self, now: float) -> None:
         e = self.election
+        # Bounded as client-go bounds a renew by its RenewDeadline: a request that never answers
+        # (each GET may wait 30 s, and is retried) must not keep this replica leading after the
+        # standby may take over. A leader has what is left of its deadline since its last renew.
+        budget = e.renew_deadline - (now - self.renewed) if self.leading else e.renew_deadline
         try:
-            record = LeaseRecord.parse(await in_thread(self.kube.get_lease, e.namespace, e.name))
-            self.clock.observe(record, now)
-            held = may_hold(record, self.me, self.clock, e.duration, now) and await in_thread(
-                self.kube.write_lease,
-                lease_body(e.name, e.namespace, self.me, e.duration, datetime.now(UTC), record),
-            )
-            taken = not held and record is not None and record.holder not in (None, self.me)
+            async with asyncio.timeout(max(budget, 0.0)):
+                held, lost = await self._try_hold(now)
             self._told_recovered()
+        except TimeoutError:  # a lost renew: by the time it answers, the Lease may be another's
+            self._tell_failing(f"no answer within the renew deadline ({e.renew_deadline:.1f}s)")
+            held, lost = False, True
         except Exception as error:  # the API is unreachable or refuses: keep leading until the deadline
             self._tell_failing(error)
-            held, taken = False, False
+            held, lost = False, False
         if held:
             self.renewed = now
         within_deadline = self.leading and now - self.renewed < e.renew_deadline
-        await self._become(held or (within_deadline and not taken))
+        await self._become(held or (within_deadline and not lost))
+
+    async def _try_hold(self, now: float) -> tuple[bool, bool]:
+        """Write this replica into the Lease if it may: (held, whether another holds it)."""
+        e = self.election
+        record = LeaseRecord.parse(await in_thread(self.kube.get_lease, e.namespace, e.name))
+        self.clock.observe(record, now)
+        held = may_hold(record, self.me, self.clock, e.duration, now) and await in_thread(
+            self.kube.write_lease,
+            lease_body(e.name, e.namespace, self.me, e.duration, datetime.now(UTC), record),
+        )
+        return held, not held and record is not None and record.holder not in (None, self.me)
+
+    def holds(self, now: float) -> bool:
+        """Whether this replica leads and renewed within the renew deadline by `now`: asked right
+        before a loop acts, since a renew that hangs ends only at the deadline."""
+        return self.leading and now - self.renewed < self.election.renew_deadline
 
     async def _become(self, leading: bool) -> None:
         if leading == self.leading:
@@ -183,7 +203,7 @@ class Elector:
                 self.kube.write_lease, lease_body(e.name, e.namespace, "", 1, datetime.now(UTC), record)
             )
 
-    def _tell_failing(self, error: Exception) -> None:
+    def _tell_failing(self, error: object) -> None:
         if not self.failing:  # once per outage, not at every retry
             log.warning("leader election: the Lease cannot be read or written: %s", error)
         self.failing = True

@@ -2,8 +2,10 @@
 port, and when to ask that port again after nothing answered there.
 
 A plain TensorFlow image never serves /progress: asking it at every reconcile costs a connection
-attempt each time (a third of a quiet reconcile's CPU, measured with py-spy at 1,000 jobs). So a
-chief pod that refused is asked again only after a wait that doubles with each refusal, from
+attempt each time (a third of a quiet reconcile's CPU, measured with py-spy at 1,000 jobs); a hung
+runtime that takes the connection and never answers costs the whole timeout (2 s) each time, the
+reconcile about to restart that chief included. So a chief pod that refused or did not answer in
+time (a "refusal" below) is asked again only after a wait that doubles with each refusal, from
 FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS. A runtime that starts its endpoint late is seen late by
 at most about as long as it took to start it; any answer, even a garbled one, ends the back-off.
 """
@@ -44,23 +46,24 @@ def refused(previous: Refusals | None, pod_uid: str, now: float) -> Refusals:
 
 
 class NotServing(Exception):
-    """Nothing takes connections at the chief's progress port."""
+    """Nothing serves the chief's progress port: no connection, or no answer in time."""
 
 
 async def fetch_progress(
     session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
 ) -> ProgressReport | None:
     """The chief's progress report; None when it cannot be had or makes no sense. Raises NotServing
-    when nothing takes the connection (refused, no route)."""
+    when nothing takes the connection (refused, no route) or nothing answers within `timeout` (a
+    hung runtime): either way, asking at every reconcile would cost each one as much."""
     url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 return None
             return ProgressReport.parse(await response.read())
-    except aiohttp.ClientConnectorError as error:
+    except (aiohttp.ClientConnectorError, TimeoutError) as error:
         raise NotServing(url) from error
-    except (aiohttp.ClientError, TimeoutError, OSError):
+    except (aiohttp.ClientError, OSError):
         return None
 
 
@@ -68,7 +71,7 @@ async def chief_report(
     session: aiohttp.ClientSession | None, port: int, chief: PodView | None, refusals: Refusals | None
 ) -> tuple[ProgressReport | None, Refusals | None]:
     """The chief's report (its termination message once it ended, else from its progress port
-    unless the port refused lately), and the refusals in a row after this."""
+    unless the port refused or did not answer lately), and the refusals in a row after this."""
     if chief is None:
         return None, refusals
     if chief.terminated is not None:  # the runtime's last word, as its termination message

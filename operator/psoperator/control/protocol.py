@@ -47,7 +47,7 @@ from psoperator.contract import ProgressReport
 from psoperator.control import polling
 from psoperator.control.state import JobState, OperatorState
 from psoperator.faults import Fault, crash_at
-from psoperator.kube import in_thread
+from psoperator.kube import ApplyResult, in_thread
 from psoperator.metrics.readings import read_job
 from psoperator.observe.cache import JobKey, Snapshot
 from psoperator.observe.failures import unexplained
@@ -74,6 +74,7 @@ class Decision:
     changes: list[ChildChange]
     conflicts: list[str]  # children's names taken by objects the job does not own (plan_children)
     now: datetime
+    inputs: tuple[Any, ...] | None = None  # what decided the changes (sync_inputs)
 
     @property
     def quiet(self) -> bool:
@@ -135,11 +136,13 @@ def with_nodes(state: OperatorState, observed: Observed) -> Observed:
 
 
 def sync_inputs(job: Obj, plan: ReconcilePlan, children: list[Obj]) -> tuple[Any, ...]:
-    """All that decides which children to change: the job's version and the render options (the
-    rendered children), the plan's flags and what plan_children reads of the observed children."""
+    """All that decides which children to change: what the renderer reads of the job (besides its
+    uid, the key: its spec, by its generation; not its resourceVersion, which every status write
+    changes) and the render options, the plan's flags and what plan_children reads of the observed
+    children."""
     meta = job["metadata"]
     fingerprint = children_fingerprint(meta["uid"], children)
-    return (meta["resourceVersion"], plan.render, plan.create_missing, plan.hold_chief, fingerprint)
+    return (meta.get("generation"), plan.render, plan.create_missing, plan.hold_chief, fingerprint)
 
 
 async def decide(
@@ -169,7 +172,9 @@ async def decide(
     if plan.render is None:
         return Decision(plan, report, [], [], now)
     inputs = sync_inputs(job, plan, seen.children)
-    if job_state.in_sync == inputs:
+    # A child that could not be made is tried again at a fresh read (every fresh_read_seconds at
+    # least): the object in its way may carry no job label, and then no watch sees it go.
+    if job_state.in_sync == inputs and not (fresh and job_state.told):
         # The same as when its children were last found as rendered: a Running job's reconciles
         # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
         return Decision(plan, report, [], [], now)
@@ -183,7 +188,7 @@ async def decide(
     )
     if not changes and not conflicts:
         job_state.in_sync = inputs
-    return Decision(plan, report, changes, conflicts, now)
+    return Decision(plan, report, changes, conflicts, now, inputs)
 
 
 def never_acted_on(seen: Snapshot | None) -> bool:
@@ -222,15 +227,20 @@ async def reconcile_once(
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None
         decision = await decide(state, job_state, seen, True, decision.report)
-    await act(state, seen, decision, logger)
+    await act(state, job_state, seen, decision, logger)
     return decision.plan
 
 
-async def act(state: OperatorState, seen: Snapshot, decision: Decision, logger: Any) -> None:
+async def act(
+    state: OperatorState, job_state: JobState, seen: Snapshot, decision: Decision, logger: Any
+) -> None:
     """Write the status once, then carry out the plan, then emit its events."""
     job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
     plan = decision.plan
     namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
+    if not state.may_act():  # decided while the Lease ran out: the other replica acts now
+        logger.info("not acting: this replica's Lease is past its renew deadline")
+        return
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         version = job["metadata"]["resourceVersion"]
@@ -248,13 +258,22 @@ async def act(state: OperatorState, seen: Snapshot, decision: Decision, logger: 
     await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
     if decision.changes or decision.conflicts:
         result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
-        for ref in result.conflicts:
-            kopf.warn(
-                job, reason="NameConflict", message=f"{ref} exists and is not owned by this job; left alone"
-            )
-        for ref in result.rejected:
-            kopf.warn(job, reason="ChildRejected", message=ref)
+        tell_unmade(job_state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+
+
+def tell_unmade(job_state: JobState, job: Any, decision: Decision, result: ApplyResult) -> None:
+    """Warn of the children that could not be made as rendered, each once while it lasts; and stay
+    quiet (no fresh read, no retry) until what decided the changes changes (the conflicting object
+    changes or goes away, the job's spec or the plan does) or the job's next fresh read."""
+    message = "{} exists and is not owned by this job; left alone"
+    conflicts = [("NameConflict", message.format(ref)) for ref in result.conflicts]
+    unmade = frozenset(conflicts + [("ChildRejected", ref) for ref in result.rejected])
+    for reason, message in sorted(unmade - job_state.told):
+        kopf.warn(job, reason=reason, message=message)
+    job_state.told = unmade
+    if unmade and decision.inputs is not None:
+        job_state.in_sync = decision.inputs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,8 +61,12 @@ class JobState:
     loop: asyncio.Task[None] | None = None
     wakeup: asyncio.Event | None = None  # set by the watches to reconcile now
     idle: bool = False  # the last reconcile found it finished or suspended
-    # The inputs with which its children were last found as rendered (control/protocol.py).
+    # The inputs with which its children were last found as rendered (control/protocol.py), or as
+    # near as they can be: what is left conflicts or was refused, and was told.
     in_sync: tuple[Any, ...] | None = None
+    # The NameConflict and ChildRejected warnings its last changes told, as (reason, message): each
+    # is told once while it lasts, not at every resync.
+    told: frozenset[tuple[str, str]] = frozenset()
     refusals: Refusals | None = None  # its chief's refusals of the progress port in a row
 
 
@@ -93,6 +98,10 @@ class OperatorState:
     @property
     def leading(self) -> bool:
         return self.elector is None or self.elector.leading
+
+    def may_act(self) -> bool:
+        """Whether a loop may act now: no election, or the Lease renewed within its renew deadline."""
+        return self.elector is None or self.elector.holds(time.monotonic())
 
     def job(self, key: JobKey, logger: Any) -> JobState:
         """The job's state, made at its first sight."""

@@ -34,6 +34,7 @@ class _Entry:
     obj: Any  # a slim child, or a pod's view
     seen: float  # time.monotonic() of its arrival
     version: int  # observe.resource_version
+    uid: str | None  # which object of its name: a pod replaced under the same name is another
 
 
 @dataclass
@@ -66,12 +67,13 @@ class WatchCache:
 
     def child_seen(self, event: str | None, body: Obj) -> JobKey | None:
         key = (str(body.get("kind")), _name(body))
-        kept = _Entry(slim_child(body), time.monotonic(), _version(body))
+        kept = _Entry(slim_child(body), time.monotonic(), _version(body), _uid(body))
         return self._seen(self.children, event, body, key, kept)
 
     def pod_seen(self, event: str | None, body: Obj, view: PodView) -> JobKey | None:
         """The pod `body`, as parsed (`view`: observe.parse_pod) by the watch's handler."""
-        return self._seen(self.pods, event, body, view.name, _Entry(view, time.monotonic(), view.version))
+        kept = _Entry(view, time.monotonic(), view.version, view.uid)
+        return self._seen(self.pods, event, body, view.name, kept)
 
     def _seen(
         self, store: dict[JobKey, dict[Any, _Entry]], event: str | None, body: Obj, key: Any, kept: _Entry
@@ -82,7 +84,10 @@ class WatchCache:
             return None
         owner = (meta["namespace"], job)
         if event == "DELETED":
-            store[owner].pop(key, None)
+            # Only the object it names: a fresh read may have stored its successor of the same name
+            # before the watch delivered this (a late DELETED of the old ctr-ps-0).
+            if store[owner].get(key, kept).uid == kept.uid:
+                store[owner].pop(key, None)
             if not store[owner]:
                 del store[owner]
         else:
@@ -108,9 +113,11 @@ class WatchCache:
         found."""
         self.job_seen(*key, job)
         self.read_at[key] = started
-        slim = {(str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c)) for c in children}
+        slim = {
+            (str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c), _uid(c)) for c in children
+        }
         self._merge(self.children, key, slim, started)
-        self._merge(self.pods, key, {p.name: _Entry(p, started, p.version) for p in pods}, started)
+        self._merge(self.pods, key, {p.name: _Entry(p, started, p.version, p.uid) for p in pods}, started)
 
     @staticmethod
     def _merge(
@@ -126,3 +133,8 @@ class WatchCache:
 
 def _name(obj: Obj) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
+
+
+def _uid(obj: Obj) -> str | None:
+    uid = obj.get("metadata", {}).get("uid")
+    return str(uid) if uid else None

@@ -247,6 +247,7 @@ class JobView:
     active: int
     suspended: bool
     deleting: bool
+    completion_time: str | None  # status.completionTime, set by the Job controller on success
 
 
 def parse_job(job: Obj) -> JobView:
@@ -264,6 +265,7 @@ def parse_job(job: Obj) -> JobView:
         active=_int(status.get("active")) or 0,
         suspended=bool(spec.get("suspend")),
         deleting=bool(meta.get("deletionTimestamp")),
+        completion_time=status.get("completionTime"),
     )
 
 

@@ -118,8 +118,13 @@ def suspend_or_resume(spec: PSTrainingJobSpec, d: Draft) -> bool:
 
 
 def enforce_deadline(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """Past activeDeadlineSeconds the job fails, unless its chief completed before the deadline
+    (first seen after it: the operator was down), which detect_success then tells."""
     left = deadline.seconds_left(spec, d.status, d.now)
     if left is None or left > 0:
+        return GO_ON
+    completed = success.chief_completed_at(d.observed, d.status.restarts)
+    if completed is not None and (deadline.seconds_left(spec, d.status, completed) or 0) > 0:
         return GO_ON
     limit = spec.run_policy.active_deadline_seconds
     message = f"the job ran for longer than runPolicy.activeDeadlineSeconds ({limit}s)"

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from psoperator.api.models import PSTrainingJobSpec
 from psoperator.api.vocabulary import Phase
 from psoperator.observe.views import Observed
+from psoperator.timeutil import parse_time
 
 
 def chief_succeeded(observed: Observed, attempt: int) -> bool:
     job = observed.current_chief_job(attempt)
     return job is not None and job.succeeded
+
+
+def chief_completed_at(observed: Observed, attempt: int) -> datetime | None:
+    """When the chief of this attempt completed: its Job's completionTime, else its pod's
+    finishedAt; None while it has not succeeded, or when neither is known."""
+    job = observed.current_chief_job(attempt)
+    if job is None or not job.succeeded:
+        return None
+    pod = observed.last_chief_pod(attempt)
+    finished = pod.terminated.finished_at if pod is not None and pod.terminated is not None else None
+    return parse_time(job.completion_time) or parse_time(finished)
 
 
 def stop_pods_after_finish(spec: PSTrainingJobSpec) -> bool:

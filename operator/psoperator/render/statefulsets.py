@@ -24,6 +24,11 @@ def render_statefulset(
             # Tasks start together: TF waits for its peers, so ordered start-up only delays it.
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector_labels(job_name, role)},
+            # A changed template (an operator upgrade, a resize's new TF_CONFIG) must not roll running
+            # parameter servers: each one lost restarts the chief. Pods get the new template when
+            # they are recreated: every coordinated restart replaces every PS, a lost worker is
+            # replaced by the StatefulSet.
+            "updateStrategy": {"type": "OnDelete"},
             "template": pod_template,
         },
     }

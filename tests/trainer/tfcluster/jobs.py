@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 JOB_NAME, NAMESPACE = "ctr", "team-a"
+# Short enough for a test to wait it out, long enough for the chief to save meanwhile.
+PS_DRAIN_SECONDS = 6
 # Tiny model: tests exercise the contract, not the throughput.
 TINY_MODEL = ["--vocab-size=20000", "--embedding-dim=8", "--batch-size=64", "--max-shard-bytes=40000"]
 
@@ -21,16 +23,21 @@ def ctr_job(
 ) -> dict[str, Any]:
     """A PSTrainingJob as a user would write it: 2 ps, 2 workers, an evaluator, the example's flags."""
 
-    def template(args: list[str] | None = None) -> dict[str, Any]:
+    def template(args: list[str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
         container: dict[str, Any] = {"name": "trainer"}
         if args:
             container["args"] = args
+        if env:
+            container["env"] = [{"name": k, "value": v} for k, v in env.items()]
         return {"spec": {"containers": [container]}}
 
     spec: dict[str, Any] = {
         "image": "ps-training-operator/trainer:0.1.0",
         "chief": {"template": template([*chief_args, *model])},
-        "ps": {"replicas": 2, "template": template()},
+        "ps": {
+            "replicas": 2,
+            "template": template(env={"PSTRAINER_PS_DRAIN_SECONDS": str(PS_DRAIN_SECONDS)}),
+        },
         "worker": {"replicas": 2, "template": template()},
         "checkpoint": {"dir": str(checkpoint_dir), "intervalSteps": interval_steps},
         "failurePolicy": {"connectTimeoutSeconds": connect_timeout_seconds},

@@ -19,10 +19,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlencode
 
 import psutil
 
-from psoperator.contract import ENV_TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_PATH, ProgressReport
+from psoperator.contract import (
+    CHECKPOINT_PATH,
+    ENV_TERMINATION_MESSAGE_PATH,
+    TERMINATION_MESSAGE_PATH,
+    CheckpointAnswer,
+    ProgressReport,
+)
 from psoperator.render import RenderOptions, render_children
 from tfcluster.kubelet import (
     Manifest,
@@ -182,6 +189,16 @@ class LocalCluster:
         port = int(self.pods[key].env.get("PSOP_PROGRESS_PORT", "8470"))
         status, body = self.network.http_get(key, port, path)
         return status, body
+
+    def checkpoint(self, timeout: float, **params: float) -> tuple[int, CheckpointAnswer]:
+        """POST the chief's /checkpoint with these query parameters; the status and the answer."""
+        port = int(self.pods["chief-0"].env.get("PSOP_PROGRESS_PORT", "8470"))
+        path = f"{CHECKPOINT_PATH}?{urlencode(params)}"
+        status, body = self.network.http_request("chief-0", port, "POST", path, timeout=timeout)
+        answer = CheckpointAnswer.parse(body)
+        if answer is None:
+            raise AssertionError(f"POST {path} answered {status} with {body!r}")
+        return status, answer
 
     def stop_all(self) -> None:
         for process in self.processes.values():

@@ -110,6 +110,12 @@ class PrivateNetwork:
 
     def http_get(self, key: str, port: int, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
         """GET http://<task>:<port><path> from inside the task's own namespace (its loopback)."""
+        return self.http_request(key, port, "GET", path, timeout=timeout)
+
+    def http_request(
+        self, key: str, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 2.0
+    ) -> tuple[int, bytes]:
+        """One HTTP request to <task>:<port> from inside the task's own namespace (its loopback)."""
         result: dict[str, Any] = {}
 
         def fetch() -> None:
@@ -117,7 +123,7 @@ class PrivateNetwork:
                 _enter_netns(self.hosts[key].netns)
                 connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
                 try:
-                    connection.request("GET", path)
+                    connection.request(method, path, body=body)
                     response = connection.getresponse()
                     result["value"] = (response.status, response.read())
                 finally:
@@ -125,15 +131,15 @@ class PrivateNetwork:
             except BaseException as err:  # re-raised in the caller's thread
                 result["error"] = err
 
-        thread = threading.Thread(target=fetch, name=f"netns-get-{key}", daemon=True)
+        thread = threading.Thread(target=fetch, name=f"netns-{method.lower()}-{key}", daemon=True)
         thread.start()
         thread.join(timeout + 5)
         if "error" in result:
             raise result["error"]
         if "value" not in result:
-            raise TimeoutError(f"GET {path} in {key} did not finish")
-        status, body = result["value"]
-        return int(status), bytes(body)
+            raise TimeoutError(f"{method} {path} in {key} did not finish")
+        status, response_body = result["value"]
+        return int(status), bytes(response_body)
 
     def destroy(self) -> None:
         for name in reversed(self._created):

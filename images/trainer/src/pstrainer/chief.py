@@ -2,27 +2,33 @@
 
 The global step is a variable on the chief, saved in every checkpoint: the chief counts each
 scheduled step once, when the join that covers it returns, so a step a lost worker ran twice is
-still counted once and the final step is exact.
+still counted once and the final step is exact. Checkpoint requests (POST /checkpoint, SIGTERM)
+are served by the training loop between two dispatches, never concurrently with a step.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
+from psoperator.contract import CheckpointAnswer, CheckpointStatus, ExitCode, Role
 from pstrainer.cadence import Cadence
 from pstrainer.config import ModelConfig, TrainerConfig
-from pstrainer.exits import ConnectWatchdog, Exiter
+from pstrainer.exits import ConnectWatchdog, Exiter, describe
 from pstrainer.model import Adagrad, CtrModel, make_train_step, synthetic_dataset
+from pstrainer.ondemand import CheckpointRequests, Outcome, unanswered
 from pstrainer.progress import ProgressTracker
 
 log = logging.getLogger(__name__)
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 MAX_TO_KEEP = 3
+# A parameter server that does not accept a connection within this long cannot serve a save.
+PS_ANSWER_SECONDS = 3.0
 
 
 def cluster_resolver(config: TrainerConfig) -> tf.distribute.cluster_resolver.ClusterResolver:
@@ -48,22 +54,54 @@ def checkpoint_step(path: str) -> int:
     return int(tf.train.load_checkpoint(path).get_tensor(STEP_KEY))
 
 
-def run_chief(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -> tuple[int, str]:
-    latest = tf.train.latest_checkpoint(config.checkpoint_dir)
-    if latest:
-        done = checkpoint_step(latest)
-        if done >= config.steps:
-            # A finished job restarted by mistake: do nothing, say so, succeed at once.
-            log.info("already finished: checkpoint %s is at step %d of %d", latest, done, config.steps)
-            tracker.update(
-                state="succeeded",
-                step=done,
-                resumed_from_step=done,
-                checkpoint_step=done,
-                checkpoint_path=latest,
-            )
-            return 0, f"already finished at step {done}"
+def run_chief(
+    config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker, requests: CheckpointRequests
+) -> tuple[ExitCode, str]:
+    finished = already_finished(config, tracker)
+    if finished is not None:
+        return ExitCode.SUCCEEDED, f"already finished at step {finished}"
+    cluster = connect(config, exiter)
+    cadence = Cadence(
+        total_steps=config.steps,
+        steps_per_dispatch=config.steps_per_dispatch,
+        interval_steps=config.checkpoint_interval_steps,
+        interval_seconds=config.checkpoint_interval_seconds,
+    )
+    checkpointer = Checkpointer(config, cluster, cadence, tracker)
+    checkpointer.restore()
+    train(config, cluster, cadence, checkpointer, requests)
+    log.info("training done at step %d", checkpointer.step)
+    return ExitCode.SUCCEEDED, f"trained to step {checkpointer.step}"
 
+
+def already_finished(config: TrainerConfig, tracker: ProgressTracker) -> int | None:
+    """The final step when the latest checkpoint is at it: a finished job restarted by mistake
+    does nothing, says so and succeeds at once, without the cluster."""
+    latest = tf.train.latest_checkpoint(config.checkpoint_dir)
+    done = checkpoint_step(latest) if latest else None
+    if done is None or done < config.steps:
+        return None
+    log.info("already finished: checkpoint %s is at step %d of %d", latest, done, config.steps)
+    tracker.update(
+        state="succeeded", step=done, resumed_from_step=done, checkpoint_step=done, checkpoint_path=latest
+    )
+    return done
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the chief trains with once every parameter server and worker answered."""
+
+    coordinator: Any
+    model: CtrModel
+    optimizer: Adagrad
+    watchdog: ConnectWatchdog
+    started: float
+
+
+def connect(config: TrainerConfig, exiter: Exiter) -> Cluster:
+    """Connect to the cluster and create the variables on the parameter servers, under the watchdog
+    (disarmed by the first join)."""
     watchdog = ConnectWatchdog(exiter, config.connect_timeout_seconds, "the parameter servers and workers")
     watchdog.start()
     started = time.monotonic()
@@ -74,78 +112,159 @@ def run_chief(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -
     with strategy.scope():
         model = CtrModel(config.model)
         optimizer = Adagrad(model, config.model.learning_rate)
-    # Outside the scope: the step lives on the chief, which alone advances it.
-    global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    checkpoint = tf.train.Checkpoint(step=global_step, model=model, optimizer=optimizer)
-    manager = tf.train.CheckpointManager(checkpoint, config.checkpoint_dir, max_to_keep=MAX_TO_KEEP)
     log.info(
         "cluster connected and %d variable shards created in %.1f s",
         len(optimizer.targets),
         time.monotonic() - started,
     )
+    return Cluster(coordinator, model, optimizer, watchdog, started)
 
-    resumed: int | None = None
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        resumed = int(global_step.numpy())
-        log.info("resumed from step %d (checkpoint %s)", resumed, manager.latest_checkpoint)
-    else:
-        log.info("no checkpoint in %s: starting from step 0", config.checkpoint_dir)
-    step = resumed or 0
-    tracker.update(
-        state="running",
-        step=step,
-        resumed_from_step=resumed,
-        checkpoint_step=resumed,
-        checkpoint_path=manager.latest_checkpoint,
-    )
 
-    iterator = iter(coordinator.create_per_worker_dataset(lambda: synthetic_dataset(config.model)))
-    train_step = make_train_step(model, optimizer)
-    healthy, poisoned = tf.constant(False), tf.constant(True)
-    cadence = Cadence(
-        total_steps=config.steps,
-        steps_per_dispatch=config.steps_per_dispatch,
-        interval_steps=config.checkpoint_interval_steps,
-        interval_seconds=config.checkpoint_interval_seconds,
-    )
-    last_saved_step, last_saved_time = step, time.time()
+class Checkpointer:
+    """The global step and the checkpoints: restored at start, saved on the cadence, on request and
+    at the end. Used by the training loop's thread only."""
 
-    def save() -> None:
-        nonlocal last_saved_step, last_saved_time
+    def __init__(
+        self, config: TrainerConfig, cluster: Cluster, cadence: Cadence, tracker: ProgressTracker
+    ) -> None:
+        # Outside the strategy's scope: the step lives on the chief, which alone advances it.
+        self._global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self._checkpoint = tf.train.Checkpoint(
+            step=self._global_step, model=cluster.model, optimizer=cluster.optimizer
+        )
+        self._manager = tf.train.CheckpointManager(
+            self._checkpoint, config.checkpoint_dir, max_to_keep=MAX_TO_KEEP
+        )
+        self._parameter_servers = config.cluster.get(Role.PS.value, [])
+        self._cadence = cadence
+        self.tracker = tracker
+        self.step = 0
+        self._saved_step, self._saved_time = 0, time.time()
+
+    def restore(self) -> None:
+        latest = self._manager.latest_checkpoint
+        resumed: int | None = None
+        if latest:
+            self._checkpoint.restore(latest).assert_existing_objects_matched()
+            resumed = int(self._global_step.numpy())
+            log.info("resumed from step %d (checkpoint %s)", resumed, latest)
+        else:
+            log.info("no checkpoint in %s: starting from step 0", self._manager.directory)
+        self.step = resumed or 0
+        self._saved_step, self._saved_time = self.step, time.time()
+        self.tracker.update(
+            state="running",
+            step=self.step,
+            resumed_from_step=resumed,
+            checkpoint_step=resumed,
+            checkpoint_path=latest,
+        )
+
+    def advance(self, count: int) -> None:
+        """Count steps whose join returned."""
+        self.step += count
+        self._global_step.assign(self.step)
+
+    def save_if_due(self) -> None:
+        if self._cadence.checkpoint_due(self.step, time.time(), self._saved_step, self._saved_time):
+            self._save()
+
+    def save_final(self) -> None:
+        if self._saved_step < self.step or self._manager.latest_checkpoint is None:
+            self._save()
+
+    def on_request(self) -> Outcome:
+        """A checkpoint request, between two steps: the latest checkpoint when it is at this step,
+        else a new one, unless a parameter server does not answer."""
+        latest = self._manager.latest_checkpoint
+        if latest is not None and self._saved_step == self.step:
+            return CheckpointStatus.SAVED, CheckpointAnswer(checkpointStep=self.step, checkpointPath=latest)
+        gone = unanswered(self._parameter_servers, PS_ANSWER_SECONDS)
+        if gone is not None:
+            log.warning("checkpoint request at step %d refused: %s", self.step, gone)
+            return CheckpointStatus.REFUSED, CheckpointAnswer(reason=f"a parameter server is gone: {gone}")
+        path = self._save()
+        return CheckpointStatus.SAVED, CheckpointAnswer(
+            checkpointStep=self.step, checkpointPath=path, saved=True
+        )
+
+    def _save(self) -> str:
         began = time.monotonic()
-        global_step.assign(step)
-        path = manager.save(checkpoint_number=step)
-        last_saved_step, last_saved_time = step, time.time()
+        self._global_step.assign(self.step)
+        path: str = self._manager.save(checkpoint_number=self.step)
+        self._saved_step, self._saved_time = self.step, time.time()
         took = time.monotonic() - began
-        tracker.checkpoint_save_seconds.observe(took)
-        tracker.update(checkpoint_step=step, checkpoint_path=path, checkpoint_time=last_saved_time)
-        log.info("checkpoint at step %d: %s (%.2f s)", step, path, took)
+        self.tracker.checkpoint_save_seconds.observe(took)
+        self.tracker.update(checkpoint_step=self.step, checkpoint_path=path, checkpoint_time=self._saved_time)
+        log.info("checkpoint at step %d: %s (%.2f s)", self.step, path, took)
+        return path
 
-    fault_armed = config.inject_fault == "model-bug"
-    first_join = True
-    while step < config.steps:
-        count = cadence.next_dispatch(step)
+
+def train(
+    config: TrainerConfig,
+    cluster: Cluster,
+    cadence: Cadence,
+    checkpointer: Checkpointer,
+    requests: CheckpointRequests,
+) -> None:
+    """The loop: checkpoint requests, then one dispatch, then the cadence's checkpoint, to the last
+    step; the final save. Requests are served only here, between two steps."""
+    dispatcher = Dispatcher(config, cluster, checkpointer.tracker)
+    requests.open()
+    try:
+        while True:
+            requests.serve(checkpointer.on_request)
+            if checkpointer.step >= config.steps:
+                break
+            count = cadence.next_dispatch(checkpointer.step)
+            dispatcher.run(checkpointer.step, count)
+            checkpointer.advance(count)
+            checkpointer.save_if_due()
+        checkpointer.save_final()
+    except BaseException as exc:
+        requests.close(
+            (CheckpointStatus.REFUSED, CheckpointAnswer(reason=f"training failed: {describe(exc)}"))
+        )
+        raise
+    requests.close(checkpointer.on_request())
+
+
+class Dispatcher:
+    """Schedules steps on the workers, waits for them and reports their pace."""
+
+    def __init__(self, config: TrainerConfig, cluster: Cluster, tracker: ProgressTracker) -> None:
+        self._cluster = cluster
+        self._tracker = tracker
+        self._batch_size = config.model.batch_size
+        self._iterator = iter(
+            cluster.coordinator.create_per_worker_dataset(lambda: synthetic_dataset(config.model))
+        )
+        self._train_step = make_train_step(cluster.model, cluster.optimizer)
+        self._fault_at = config.fault_at_step if config.inject_fault == "model-bug" else None
+        self._healthy, self._poisoned = tf.constant(False), tf.constant(True)
+        self._first_join = True
+
+    def run(self, step: int, count: int) -> None:
+        """Schedule steps step+1 .. step+count and join them."""
+        coordinator = self._cluster.coordinator
         began = time.monotonic()
         result = None
-        for offset in range(1, count + 1):
-            poison = poisoned if fault_armed and step + offset >= config.fault_at_step else healthy
-            result = coordinator.schedule(train_step, args=(iterator, poison))
+        for number in range(step + 1, step + count + 1):
+            poisoned = self._fault_at is not None and number >= self._fault_at
+            result = coordinator.schedule(
+                self._train_step, args=(self._iterator, self._poisoned if poisoned else self._healthy)
+            )
         coordinator.join()
-        if first_join:
-            first_join = False
-            watchdog.disarm()
-            log.info("first %d steps done %.1f s after start", count, time.monotonic() - started)
-        step += count
-        global_step.assign(step)
+        if self._first_join:
+            self._first_join = False
+            self._cluster.watchdog.disarm()
+            log.info(
+                "first %d steps done %.1f s after start", count, time.monotonic() - self._cluster.started
+            )
         elapsed = max(time.monotonic() - began, 1e-6)
-        tracker.step_seconds.observe(elapsed / count)
+        self._tracker.step_seconds.observe(elapsed / count)
         loss = float(result.fetch()) if result is not None else None
-        tracker.update(step=step, loss=loss, examples_per_second=count * config.model.batch_size / elapsed)
-        log.debug("step %d loss %.4f", step, loss or 0.0)
-        if cadence.checkpoint_due(step, time.time(), last_saved_step, last_saved_time):
-            save()
-    if last_saved_step < step or manager.latest_checkpoint is None:
-        save()
-    log.info("training done at step %d", step)
-    return 0, f"trained to step {step}"
+        self._tracker.update(
+            step=step + count, loss=loss, examples_per_second=count * self._batch_size / elapsed
+        )
+        log.debug("step %d loss %.4f", step + count, loss or 0.0)

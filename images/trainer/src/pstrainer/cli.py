@@ -22,8 +22,10 @@ from pstrainer.exits import (
     block_sigterm,
     classify_exception,
     describe,
+    keep_serving,
     watch_sigterm,
 )
+from pstrainer.ondemand import CheckpointRequests, checkpoint_before_exit
 from pstrainer.progress import ProgressServer, ProgressTracker, write_termination_message
 
 log = logging.getLogger("pstrainer")
@@ -55,12 +57,14 @@ def _setup_logging(level: str) -> None:
         logging.getLogger("tensorflow").addFilter(_QuietJoins())
 
 
-def _run_role(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -> tuple[int, str]:
+def _run_role(
+    config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker, requests: CheckpointRequests
+) -> tuple[ExitCode, str]:
     # TensorFlow is imported only now: a bad configuration has already been reported.
     if config.role is Role.CHIEF:
         from pstrainer.chief import run_chief
 
-        return run_chief(config, exiter, tracker)
+        return run_chief(config, exiter, tracker, requests)
     if config.role is Role.EVALUATOR:
         from pstrainer.evaluator import run_evaluator
 
@@ -68,6 +72,16 @@ def _run_role(config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker) -
     from pstrainer.servers import run_server
 
     return run_server(config)
+
+
+def _prepare_termination(config: TrainerConfig, exiter: Exiter, requests: CheckpointRequests) -> None:
+    """What a SIGTERM does before the exit 143: the chief saves, a parameter server drains."""
+    if config.role is Role.CHIEF:
+        exiter.before_termination(
+            lambda: checkpoint_before_exit(requests, config.termination_checkpoint_seconds)
+        )
+    elif config.role is Role.PS and config.ps_drain_seconds > 0:
+        exiter.before_termination(keep_serving(config.ps_drain_seconds))
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
@@ -100,13 +114,19 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             config.termination_message_path, tracker.finish(code, message)
         )
     )
+    requests = CheckpointRequests()
+    _prepare_termination(config, exiter, requests)
     try:
         if config.role is Role.CHIEF:
-            server = ProgressServer(tracker, config.progress_port).start()
+            server = ProgressServer(tracker, config.progress_port, requests=requests).start()
             log.info(
-                "progress on port %d (%s, %s)", server.port, contract.PROGRESS_PATH, contract.METRICS_PATH
+                "progress on port %d (%s, %s, POST %s)",
+                server.port,
+                contract.PROGRESS_PATH,
+                contract.METRICS_PATH,
+                contract.CHECKPOINT_PATH,
             )
-        code, message = _run_role(config, exiter, tracker)
+        code, message = _run_role(config, exiter, tracker, requests)
     except BaseException as exc:
         code = classify_exception(exc, _retryable_types())
         message = describe(exc)

@@ -71,6 +71,10 @@ class TrainerConfig:
     inject_fault: Fault
     fault_at_step: int
     log_level: str
+    # SIGTERM: how long the chief may take to save, and how long a parameter server keeps serving so
+    # that it can; both within the pod's termination grace (30 s unless the template says otherwise).
+    termination_checkpoint_seconds: float = 20.0
+    ps_drain_seconds: float = 20.0
 
     @property
     def task_name(self) -> str:
@@ -103,6 +107,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text} is not a non-negative number")
+    return value
+
+
 # (flag, type, default, help); the environment fallback is PSTRAINER_<FLAG in upper snake case>.
 _FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
     ("steps", _positive_int, 1000, "global steps to train in total (the job is done at this step)"),
@@ -121,6 +132,18 @@ _FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
     ("inject-fault", str, "none", "testing: model-bug makes the loss NaN at --fault-at-step"),
     ("fault-at-step", _non_negative_int, 0, "testing: step at which the injected fault fires"),
     ("log-level", str, "INFO", "Python logging level"),
+    (
+        "termination-checkpoint-seconds",
+        _positive_float,
+        TrainerConfig.termination_checkpoint_seconds,
+        "chief: on SIGTERM, save within this long before exiting 143 (else exit without saving)",
+    ),
+    (
+        "ps-drain-seconds",
+        _non_negative_float,
+        TrainerConfig.ps_drain_seconds,
+        "ps: on SIGTERM, serve this long before exiting 143, so the chief can still save; 0: exit at once",
+    ),
 )
 
 
@@ -278,4 +301,6 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
         inject_fault=args.inject_fault,
         fault_at_step=args.fault_at_step,
         log_level=args.log_level.upper(),
+        termination_checkpoint_seconds=args.termination_checkpoint_seconds,
+        ps_drain_seconds=args.ps_drain_seconds,
     )

@@ -12,6 +12,7 @@ import logging
 
 import tensorflow as tf
 
+from psoperator.contract import ExitCode
 from pstrainer.config import TrainerConfig
 from pstrainer.model import CtrModel, evaluation_set
 from pstrainer.scoring import log_loss_and_auc
@@ -19,7 +20,7 @@ from pstrainer.scoring import log_loss_and_auc
 log = logging.getLogger(__name__)
 
 
-def run_evaluator(config: TrainerConfig) -> tuple[int, str]:
+def run_evaluator(config: TrainerConfig) -> tuple[ExitCode, str]:
     model = CtrModel(config.model)
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     checkpoint = tf.train.Checkpoint(step=global_step, model=model)
@@ -40,5 +41,5 @@ def run_evaluator(config: TrainerConfig) -> tuple[int, str]:
         record = {"event": "evaluation", "step": step, "logLoss": round(loss, 6), "auc": round(auc, 6)}
         log.info("%s", json.dumps(record, sort_keys=True))
         if step >= config.steps:
-            return 0, f"evaluated the final checkpoint (step {step})"
-    return 0, f"no new checkpoint for {config.eval_idle_timeout_seconds:g} s"
+            return ExitCode.SUCCEEDED, f"evaluated the final checkpoint (step {step})"
+    return ExitCode.SUCCEEDED, f"no new checkpoint for {config.eval_idle_timeout_seconds:g} s"

@@ -2,7 +2,8 @@
 
 TensorFlow's teardown can hang for seconds (gRPC channels, coordinator threads), so every exit is
 `os._exit` after a final flush. The first exit wins: a SIGTERM arriving while the main thread is
-already exiting cannot change the code.
+already exiting cannot change the code. Once a SIGTERM came, the role's action before termination
+runs (the chief saves, a parameter server keeps serving) and every exit but success is 143.
 """
 
 from __future__ import annotations
@@ -70,14 +71,33 @@ class Exiter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._hooks: list[Callable[[int, str], None]] = []
+        self._before_termination: Callable[[], None] | None = None
+        self._terminated: str | None = None
 
     def on_exit(self, hook: Callable[[int, str], None]) -> None:
         """Run hook(code, message) before the process exits (e.g. write the termination message)."""
         self._hooks.append(hook)
 
+    def before_termination(self, action: Callable[[], None]) -> None:
+        """Run action (which bounds its own time) on SIGTERM, before exiting 143."""
+        self._before_termination = action
+
+    def terminate(self, message: str) -> NoReturn:
+        # The pod was asked to stop: whatever fails meanwhile (the chief's save when a parameter
+        # server is gone too) is still a stop, not a crash.
+        self._terminated = message
+        if self._before_termination is not None:
+            try:
+                self._before_termination()
+            except Exception:
+                log.exception("the action before termination failed")
+        self.exit(ExitCode.TERMINATED, message)
+
     def exit(self, code: int, message: str = "") -> NoReturn:
         # Never released: whoever comes second waits here until the first one's os._exit.
         self._lock.acquire()
+        if self._terminated is not None and code != ExitCode.SUCCEEDED:
+            code, message = ExitCode.TERMINATED, self._terminated
         level = logging.INFO if code == ExitCode.SUCCEEDED else logging.ERROR
         log.log(level, "exiting with code %d: %s", code, message or "done")
         for hook in self._hooks:
@@ -105,11 +125,22 @@ def block_sigterm() -> None:
 def watch_sigterm(exiter: Exiter) -> threading.Thread:
     def wait() -> None:
         received = signal.sigwait({signal.SIGTERM, signal.SIGINT})
-        exiter.exit(ExitCode.TERMINATED, f"terminated by {signal.Signals(received).name}")
+        exiter.terminate(f"terminated by {signal.Signals(received).name}")
 
     thread = threading.Thread(target=wait, name="sigterm-watcher", daemon=True)
     thread.start()
     return thread
+
+
+def keep_serving(seconds: float) -> Callable[[], None]:
+    """A parameter server's action before termination: serve on (the main thread does), so that the
+    chief can still read its variables for a checkpoint."""
+
+    def drain() -> None:
+        log.info("SIGTERM: serving %g s more so that the chief can checkpoint", seconds)
+        threading.Event().wait(seconds)
+
+    return drain
 
 
 class ConnectWatchdog:

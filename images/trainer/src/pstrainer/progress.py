@@ -1,7 +1,8 @@
 """What the chief tells the operator about training, without API credentials.
 
 GET /progress: the contract's ProgressReport as JSON. GET /metrics: Prometheus text. On exit the
-same report goes to the termination message path, where the kubelet picks it up.
+same report goes to the termination message path, where the kubelet picks it up. POST /checkpoint:
+a checkpoint now (ondemand.py), answered as the contract's CheckpointAnswer.
 """
 
 from __future__ import annotations
@@ -15,9 +16,21 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from psoperator.contract import METRICS_PATH, PROGRESS_PATH, ExitCode, ProgressReport
+from psoperator.contract import (
+    CHECKPOINT_PATH,
+    METRICS_PATH,
+    PROGRESS_PATH,
+    CheckpointAnswer,
+    CheckpointStatus,
+    ExitCode,
+    ProgressReport,
+)
+from pstrainer.ondemand import CheckpointRequests, parse_request
 
 log = logging.getLogger(__name__)
+
+# A checkpoint request's body holds two numbers.
+MAX_REQUEST_BODY = 4096
 
 
 class ProgressTracker:
@@ -99,10 +112,13 @@ def write_termination_message(path: str | None, report: ProgressReport) -> None:
 
 class _Handler(BaseHTTPRequestHandler):
     tracker: ProgressTracker
+    requests: CheckpointRequests | None
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path == PROGRESS_PATH:
+        if path == CHECKPOINT_PATH and self.requests is not None:
+            self._answer(CheckpointStatus.METHOD_NOT_ALLOWED, CheckpointAnswer(reason="POST it"))
+        elif path == PROGRESS_PATH:
             self._send(200, "application/json", self.tracker.snapshot().to_json().encode())
         elif path == METRICS_PATH:
             self._send(200, CONTENT_TYPE_LATEST, generate_latest(self.tracker.registry))
@@ -110,6 +126,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, "text/plain", b"ok\n")
         else:
             self._send(404, "text/plain", b"not found\n")
+
+    def do_POST(self) -> None:
+        path, _, query = self.path.partition("?")
+        if path != CHECKPOINT_PATH or self.requests is None:
+            self._send(404, "text/plain", b"not found\n")
+            return
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit() or int(length) > MAX_REQUEST_BODY:
+            self._answer(CheckpointStatus.BAD_REQUEST, CheckpointAnswer(reason="bad Content-Length"))
+            return
+        try:
+            params = parse_request(query, self.rfile.read(int(length)))
+        except ValueError as err:
+            self._answer(CheckpointStatus.BAD_REQUEST, CheckpointAnswer(reason=str(err)))
+            return
+        log.info(
+            "checkpoint requested (deadline %g s, hold %g s)", params.deadline_seconds, params.hold_seconds
+        )
+        self.requests.ask(params, lambda outcome: self._answer(*outcome))
+
+    def _answer(self, status: CheckpointStatus, answer: CheckpointAnswer) -> None:
+        self._send(status, "application/json", answer.to_json().encode())
 
     def _send(self, status: int, content_type: str, body: bytes) -> None:
         self.send_response(status)
@@ -125,8 +163,14 @@ class _Handler(BaseHTTPRequestHandler):
 class ProgressServer:
     """The HTTP endpoint on the progress port (every interface: the pod's network is private)."""
 
-    def __init__(self, tracker: ProgressTracker, port: int, host: str = "") -> None:
-        handler = type("ProgressHandler", (_Handler,), {"tracker": tracker})
+    def __init__(
+        self,
+        tracker: ProgressTracker,
+        port: int,
+        host: str = "",
+        requests: CheckpointRequests | None = None,
+    ) -> None:
+        handler = type("ProgressHandler", (_Handler,), {"tracker": tracker, "requests": requests})
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(

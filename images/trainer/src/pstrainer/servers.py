@@ -1,6 +1,8 @@
 """Parameter servers and workers: a TensorFlow server that serves until the pod is stopped.
 
-They never finish on their own; only the chief does. The operator stops them (SIGTERM, exit 143).
+They never finish on their own; only the chief does. The operator stops them (SIGTERM, exit 143):
+a worker at once (the coordinator gives its steps to the others), a parameter server after its
+drain time (--ps-drain-seconds), during which the chief can still read its variables to save.
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ import os
 
 import tensorflow as tf
 
-from psoperator.contract import Role
+from psoperator.contract import ExitCode, Role
 from pstrainer.chief import cluster_resolver
 from pstrainer.config import TrainerConfig
 
 log = logging.getLogger(__name__)
 
 
-def run_server(config: TrainerConfig) -> tuple[int, str]:
+def run_server(config: TrainerConfig) -> tuple[ExitCode, str]:
     resolver = cluster_resolver(config)
     session_config = tf.compat.v1.ConfigProto()
     workers = len(config.cluster.get("worker", []))
@@ -35,4 +37,4 @@ def run_server(config: TrainerConfig) -> tuple[int, str]:
     )
     log.info("%s serving at %s", config.task_name, server.target)
     server.join()
-    return 1, "the TensorFlow server stopped on its own"
+    return ExitCode.PERMANENT, "the TensorFlow server stopped on its own"

@@ -1,0 +1,172 @@
+"""Checkpoints on demand: POST /checkpoint and SIGTERM hand a request to the training loop.
+
+The loop runs in the chief's main thread and alone touches TensorFlow; the HTTP server and the
+SIGTERM watcher run in their own threads. They queue a request here and wait for its answer up
+to their deadline; the loop serves the queue between two steps (after a join, so no step is in
+flight), and may then hold, scheduling nothing, while it keeps answering.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl
+
+from pydantic import ValidationError
+
+from psoperator.contract import CheckpointAnswer, CheckpointRequest, CheckpointStatus
+
+log = logging.getLogger(__name__)
+
+# What the loop makes of a request: the status and the answer.
+Outcome = tuple[CheckpointStatus, CheckpointAnswer]
+# How long a refused asker gets to write its answer before the process exits.
+DELIVERY_SECONDS = 2.0
+
+
+def parse_request(query: str, body: bytes) -> CheckpointRequest:
+    """The request's parameters from a JSON body and the query string (which wins); ValueError."""
+    fields: dict[str, object] = {}
+    if body.strip():
+        try:
+            loaded = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"the body is not JSON: {err}") from None
+        if not isinstance(loaded, dict):
+            raise ValueError("the body is not a JSON object")
+        fields.update(loaded)
+    fields.update(parse_qsl(query))
+    try:
+        return CheckpointRequest.model_validate(fields)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ValueError(problems) from None
+
+
+def unanswered(addresses: Sequence[str], timeout: float) -> str | None:
+    """The first `host:port` that does not accept a connection within the timeout, and why; else None.
+
+    Reading a variable from a parameter server that is gone can block inside TensorFlow; a TCP
+    connect is bounded, and a parameter server draining after its SIGTERM still accepts.
+    """
+    deadline = time.monotonic() + timeout
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), max(deadline - time.monotonic(), 0.01)):
+                pass
+        except OSError as err:
+            return f"{address} does not answer: {err}"
+    return None
+
+
+@dataclass(eq=False)
+class _Request:
+    params: CheckpointRequest
+    taken: bool = False
+    outcome: Outcome | None = None
+    answered: threading.Event = field(default_factory=threading.Event)
+    delivered: threading.Event = field(default_factory=threading.Event)
+
+
+class CheckpointRequests:
+    """The queue between the askers' threads and the training loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._pending: list[_Request] = []
+        # While set, requests are not queued but answered with it at once.
+        self._closed: Outcome | None = (
+            CheckpointStatus.REFUSED,
+            CheckpointAnswer(reason="the chief is not training yet"),
+        )
+
+    def ask(self, params: CheckpointRequest, reply: Callable[[Outcome], None]) -> None:
+        """Queue a request, wait for its outcome up to its deadline and pass it to reply (any thread)."""
+        request = _Request(params)
+        with self._lock:
+            outcome = self._closed
+            if outcome is None:
+                self._pending.append(request)
+                self._arrived.notify_all()
+        if outcome is None:
+            outcome = self._wait(request)
+        try:
+            reply(outcome)
+        finally:
+            request.delivered.set()
+
+    def _wait(self, request: _Request) -> Outcome:
+        if request.answered.wait(request.params.deadline_seconds):
+            assert request.outcome is not None
+            return request.outcome
+        with self._lock:
+            if request.outcome is not None:  # answered just as the wait ended
+                return request.outcome
+            if request in self._pending:
+                self._pending.remove(request)
+            going_on = "; the save goes on" if request.taken else ""
+        reason = f"no checkpoint within the deadline of {request.params.deadline_seconds:g} s{going_on}"
+        return CheckpointStatus.DEADLINE_EXCEEDED, CheckpointAnswer(reason=reason)
+
+    def open(self) -> None:
+        """The loop is training: queue requests from now on."""
+        with self._lock:
+            self._closed = None
+
+    def serve(self, handle: Callable[[], Outcome]) -> None:
+        """Answer every queued request (loop thread), then hold as long as one that was saved
+        asked, answering the requests that come meanwhile."""
+        hold_until = time.monotonic()
+        while True:
+            with self._lock:
+                remaining = hold_until - time.monotonic()
+                if not self._pending and remaining > 0:
+                    self._arrived.wait(remaining)
+                taken, self._pending = self._pending, []
+                for request in taken:
+                    request.taken = True
+            if not taken and time.monotonic() >= hold_until:
+                return
+            for request in taken:
+                outcome = handle()
+                self._answer(request, outcome)
+                if outcome[0] is CheckpointStatus.SAVED:  # counted from the save's end
+                    hold_until = max(hold_until, time.monotonic() + request.params.hold_seconds)
+
+    def close(self, outcome: Outcome) -> None:
+        """Training is over (loop thread): answer what is queued and every later request with the
+        outcome, and give the askers a moment to write it before the process exits."""
+        with self._lock:
+            self._closed = outcome
+            taken, self._pending = self._pending, []
+        for request in taken:
+            self._answer(request, outcome)
+        deadline = time.monotonic() + DELIVERY_SECONDS
+        for request in taken:
+            request.delivered.wait(max(deadline - time.monotonic(), 0))
+
+    @staticmethod
+    def _answer(request: _Request, outcome: Outcome) -> None:
+        request.outcome = outcome
+        request.answered.set()
+
+
+def checkpoint_before_exit(requests: CheckpointRequests, seconds: float) -> None:
+    """The chief's action on SIGTERM: a checkpoint within `seconds`, holding until the exit (a step
+    more would be lost), or none when a parameter server does not answer or time runs out."""
+
+    def report(outcome: Outcome) -> None:
+        status, answer = outcome
+        if status is CheckpointStatus.SAVED:
+            log.info("SIGTERM: checkpoint at step %s: %s", answer.checkpoint_step, answer.checkpoint_path)
+        else:
+            log.warning("SIGTERM: exiting without a checkpoint: %s", answer.reason)
+
+    requests.ask(CheckpointRequest(deadlineSeconds=seconds, holdSeconds=seconds), report)
