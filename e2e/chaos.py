@@ -226,7 +226,7 @@ def restart_container(
 
 def node_ready_status(api: client.ApiClient, node: str) -> str | None:
     """The status ("True", "False", "Unknown") of the node's Ready condition."""
-    cond = condition(get_node(api, node), "Ready")
+    cond = condition(get_node(api, node).get("status"), "Ready")
     return str(cond["status"]) if cond else None
 
 

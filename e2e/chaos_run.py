@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e import chaos, psjobs
 from e2e.leases import Handovers
 from e2e.util import as_json, rss_mib, wait_for
-from psoperator.leader import LeaseRecord
+from psoperator.control.leader import LeaseRecord
 
 Obj = dict[str, Any]
 # One step of a scenario (e.g. Running again after a restart) while the leader is killed every
@@ -120,9 +120,9 @@ def _running(api: client.ApiClient, ns: str, name: str) -> Obj:
 
 
 def _tracked(status: Obj, pod: Obj) -> bool:
-    """The operator tracks this very pod (status.tracking.pods: name -> "uid/restarts/...")."""
-    entry = ((status.get("tracking") or {}).get("pods") or {}).get(pod["metadata"]["name"], "")
-    return str(entry).split("/")[0] == str(pod["metadata"]["uid"])
+    """The operator tracks this very pod (status.tracking.pods: name -> {uid, restarts, ...})."""
+    entry = ((status.get("tracking") or {}).get("pods") or {}).get(pod["metadata"]["name"]) or {}
+    return isinstance(entry, dict) and entry.get("uid") == pod["metadata"]["uid"]
 
 
 def _running_pod(api: client.ApiClient, ns: str, name: str, role: str, index: int = 0) -> Obj:

@@ -1,5 +1,5 @@
 """Two operator replicas with leader election, as the e2e tests run them, and their Lease as the tests
-read it: who holds it (holder identity `<hostname>_<pid>_<nonce>`, psoperator.leader.identity) and
+read it: who holds it (holder identity `<hostname>_<pid>_<nonce>`, psoperator.control.leader.identity) and
 how it changed hands."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.accounts import CHART_NAMESPACE
 from e2e.operator_process import OperatorProcess
 from e2e.util import as_json
-from psoperator.leader import LeaseRecord
+from psoperator.control.leader import LeaseRecord
 from psoperator.timeutil import parse_time
 
 

@@ -80,10 +80,6 @@ def patch_spec(api: client.ApiClient, namespace: str, name: str, spec: Obj) -> N
     )
 
 
-def condition(job_status: Obj, type_: str) -> Obj | None:
-    return next((c for c in job_status.get("conditions", []) if c.get("type") == type_), None)
-
-
 def wait_phase(api: client.ApiClient, namespace: str, name: str, phase: str, timeout: float = 60.0) -> Obj:
     def reached() -> Obj | None:
         current = status(api, namespace, name)

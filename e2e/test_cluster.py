@@ -64,7 +64,7 @@ def summary(api: client.ApiClient, namespace: str, name: str) -> str:
     return json.dumps({"node": pod["spec"].get("nodeName"), **pod.get("status", {})})[:1500]
 
 
-def wait_phase(api: client.ApiClient, namespace: str, name: str, want: str, timeout: float = 60) -> Json:
+def wait_pod_phase(api: client.ApiClient, namespace: str, name: str, want: str, timeout: float = 60) -> Json:
     def reached() -> Json | None:
         pod = get_pod(api, namespace, name)
         return pod if phase(pod) == want else None
@@ -75,7 +75,7 @@ def wait_phase(api: client.ApiClient, namespace: str, name: str, want: str, time
 
 
 def wait_running(api: client.ApiClient, namespace: str, name: str, timeout: float = 60) -> Json:
-    pod = wait_phase(api, namespace, name, "Running", timeout)
+    pod = wait_pod_phase(api, namespace, name, "Running", timeout)
     assert pod["status"].get("podIP"), pod["status"]
     return pod
 
@@ -95,7 +95,7 @@ def only_container(pod: Json) -> Json:
 
 
 def ready_status(obj: Json) -> str | None:
-    cond = condition(obj, "Ready")
+    cond = condition(obj.get("status"), "Ready")
     return str(cond["status"]) if cond else None
 
 
@@ -145,7 +145,7 @@ class PodHistory:
 
     def disruption(self) -> Json | None:
         for version in self.versions:
-            cond = condition(version, "DisruptionTarget")
+            cond = condition(version.get("status"), "DisruptionTarget")
             if cond and cond["status"] == "True":
                 return cond
         return None
@@ -192,7 +192,7 @@ def test_pods_without_gpu_toleration_stay_off_gpu_nodes(k8s: client.ApiClient, n
     greedy = create_pod(k8s, namespace, pod_manifest("gpu-no-toleration", gpus=1))
 
     def unschedulable() -> Json | None:
-        cond = condition(get_pod(k8s, namespace, greedy), "PodScheduled")
+        cond = condition(get_pod(k8s, namespace, greedy).get("status"), "PodScheduled")
         return cond if cond and cond["status"] == "False" and cond.get("reason") == "Unschedulable" else None
 
     cond = wait_for(unschedulable, timeout=30, message="PodScheduled=False/Unschedulable")
@@ -274,7 +274,7 @@ def test_pod_annotated_before_it_runs_fails_as_soon_as_it_runs(
 ) -> None:
     manifest = pod_manifest("crash-on-start")
     manifest["metadata"]["annotations"] = {chaos.ANNOTATION_EXIT_CODE: "2"}
-    pod = wait_phase(k8s, namespace, create_pod(k8s, namespace, manifest), "Failed", timeout=30)
+    pod = wait_pod_phase(k8s, namespace, create_pod(k8s, namespace, manifest), "Failed", timeout=30)
     assert only_container(pod)["state"]["terminated"]["exitCode"] == 2
 
 
@@ -307,7 +307,7 @@ def test_node_not_ready_and_back(
 
     try:
         chaos.make_node_not_ready(k8s, node)
-        cond = condition(get_node(k8s, node), "Ready")
+        cond = condition(get_node(k8s, node).get("status"), "Ready")
         assert cond is not None and (cond["status"], cond["reason"]) == ("False", "KubeletNotReady")
         # The node lifecycle controller believes it too: it taints the node.
         wait_for(tainted_not_ready, timeout=60, message=f"{NOT_READY_TAINT} taint on {node}")
@@ -390,6 +390,6 @@ def test_real_container_exit_code_is_reported(k8s: client.ApiClient, namespace: 
     """With a kubelet, a container's own exit code reaches the API (the contract chaos.py imitates)."""
     manifest = pod_manifest("exits")
     manifest["spec"]["containers"][0]["command"] = ["sh", "-c", "echo bye >/dev/termination-log; exit 3"]
-    pod = wait_phase(k8s, namespace, create_pod(k8s, namespace, manifest), "Failed", timeout=120)
+    pod = wait_pod_phase(k8s, namespace, create_pod(k8s, namespace, manifest), "Failed", timeout=120)
     terminated = only_container(pod)["state"]["terminated"]
     assert (terminated["exitCode"], terminated["message"].strip()) == (3, "bye")

@@ -18,7 +18,7 @@ from kubernetes import client
 
 from e2e import psjobs
 from e2e.operator_process import OperatorProcess
-from e2e.util import free_port, holds_for, wait_for
+from e2e.util import condition, free_port, holds_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("kwok_only")
 
@@ -78,7 +78,7 @@ def test_a_job_that_can_never_run_fails_with_the_cause(
 ) -> None:
     psjobs.create(k8s, namespace, psjobs.manifest("ctr", **case.spec))
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=60)
-    failed = psjobs.condition(status, "Failed")
+    failed = condition(status, "Failed")
     assert failed is not None and failed["reason"] == case.reason, failed
     assert case.says in failed["message"], failed["message"]
     assert status["lastFailure"]["reason"] == case.pod_reason
@@ -116,7 +116,7 @@ def test_without_a_scheduling_timeout_a_job_waits_told_once_and_without_spinning
     psjobs.create(k8s, namespace, psjobs.manifest("ctr", checkpoint=MISSING_CLAIM))
 
     def unschedulable() -> dict[str, Any] | None:
-        found = psjobs.condition(psjobs.status(k8s, namespace, "ctr"), "Unschedulable")
+        found = condition(psjobs.status(k8s, namespace, "ctr"), "Unschedulable")
         return found if found and found["status"] == "True" else None
 
     condition = wait_for(unschedulable, timeout=60, message="the Unschedulable condition")

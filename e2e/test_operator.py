@@ -13,9 +13,9 @@ from kubernetes.client.exceptions import ApiException
 from e2e import psjobs
 from e2e.kubectl import _kubectl
 from e2e.operator_process import OperatorProcess
-from e2e.util import as_json, wait_for
+from e2e.util import as_json, condition, wait_for
 from psoperator import contract
-from psoperator.api import MAX_REPLICAS, MAX_WORKERS
+from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS
 
 
 def _children(api: client.ApiClient, namespace: str, name: str) -> set[tuple[str, str]]:
@@ -58,7 +58,7 @@ def test_a_job_runs_with_its_children_and_tf_config(
         timeout=90,
         message=lambda: f"Running with 2/2 PS and workers; status is {psjobs.status(k8s, namespace, 'ctr')}",
     )
-    assert psjobs.condition(status, "Created")["status"] == "True"  # type: ignore[index]
+    assert condition(status, "Created")["status"] == "True"  # type: ignore[index]
     assert status["observedGeneration"] == 1
 
     # Workers asked for a GPU and tolerate the GPU taint: they land on GPU nodes. PS do not.

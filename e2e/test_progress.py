@@ -20,7 +20,7 @@ from kubernetes import client
 from e2e import psjobs
 from e2e.kubectl import _kubectl
 from e2e.operator_process import OperatorProcess
-from e2e.util import holds_for, wait_for
+from e2e.util import condition, holds_for, wait_for
 from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport
 
 # Failure injection and loopback pod IPs need KWOK's simulated nodes.
@@ -126,8 +126,8 @@ def test_stalled_when_the_step_stops_advancing(
     with serve_progress(address, {"state": "running", "step": 7}, hits) as served:
 
         def stalled() -> bool:
-            condition = psjobs.condition(psjobs.status(k8s, namespace, "ctr"), "Stalled")
-            return condition is not None and condition["status"] == "True"
+            found = condition(psjobs.status(k8s, namespace, "ctr"), "Stalled")
+            return found is not None and found["status"] == "True"
 
         wait_for(stalled, timeout=40, message="the Stalled condition")
         served["step"] = 8

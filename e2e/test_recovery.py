@@ -15,7 +15,7 @@ from kubernetes import client
 
 from e2e import chaos, psjobs
 from e2e.operator_process import OperatorProcess
-from e2e.util import as_json, holds_for, wait_for
+from e2e.util import as_json, condition, holds_for, wait_for
 from psoperator.faults import FAULT_ENV, FAULT_EXIT_CODE, Fault
 
 Obj = dict[str, Any]
@@ -108,7 +108,7 @@ def test_ps_failure_restarts_the_chief_within_seconds(
     assert status["lastFailure"]["role"] == "ps" and status["lastFailure"]["reason"] == "OOMKilled"
     assert "memory" in status["lastFailure"]["message"]  # the planner's suggestion
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
-    assert psjobs.condition(status, "Restarting")["status"] == "False"  # type: ignore[index]
+    assert condition(status, "Restarting")["status"] == "False"  # type: ignore[index]
     assert "ParameterServerLost" in {e.reason for e in _events(k8s, namespace)}
 
 
@@ -142,7 +142,7 @@ def test_permanent_exit_code_fails_the_job_and_cleans_up(
     chief, _ = _start(k8s, namespace)
     chaos.fail_container(k8s, namespace, chief["metadata"]["name"], exit_code=2, message="bad flag --steps")
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=30)
-    failed = psjobs.condition(status, "Failed")
+    failed = condition(status, "Failed")
     assert failed is not None and failed["reason"] == "PermanentExitCode"
     assert status["lastFailure"]["exitCode"] == 2 and status["restarts"] == 0
     # cleanPodPolicy All: parameter servers and workers are stopped.
@@ -179,7 +179,7 @@ def test_retryable_chief_exit_restarts_until_the_budget_runs_out_and_progress_re
     psjobs.running_pod(k8s, namespace, "ctr", "chief")
     chaos.fail_container(k8s, namespace, chief["metadata"]["name"], exit_code=138)
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=30)
-    assert psjobs.condition(status, "Failed")["reason"] == "RestartsExhausted"  # type: ignore[index]
+    assert condition(status, "Failed")["reason"] == "RestartsExhausted"  # type: ignore[index]
 
 
 @pytest.mark.parametrize("resume", ["once-the-pods-are-gone", "at-once"])
@@ -199,7 +199,7 @@ def test_suspend_and_resume(
         )
     psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": False}})
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
-    assert psjobs.condition(status, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
+    assert condition(status, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
     wait_for(lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["psEstablished"], timeout=30)
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 0, duration=5)
 
@@ -209,7 +209,7 @@ def test_deadline_fails_a_job_that_runs_too_long(
 ) -> None:
     psjobs.create(k8s, namespace, psjobs.manifest("ctr", runPolicy={"activeDeadlineSeconds": 8}))
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=60)
-    assert psjobs.condition(status, "Failed")["reason"] == "DeadlineExceeded"  # type: ignore[index]
+    assert condition(status, "Failed")["reason"] == "DeadlineExceeded"  # type: ignore[index]
 
 
 def test_success_cleans_up_then_ttl_deletes_the_job(
@@ -221,7 +221,7 @@ def test_success_cleans_up_then_ttl_deletes_the_job(
     chaos.complete_pod(k8s, namespace, chief["metadata"]["name"])
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Succeeded", timeout=30)
     assert status["completionTime"]
-    assert psjobs.condition(status, "Succeeded")["reason"] == "ChiefCompleted"  # type: ignore[index]
+    assert condition(status, "Succeeded")["reason"] == "ChiefCompleted"  # type: ignore[index]
     # cleanPodPolicy All: parameter servers, workers and the evaluator stop.
     wait_for(
         lambda: not any(psjobs.live_pods(k8s, namespace, "ctr", r) for r in ("ps", "worker", "evaluator")),

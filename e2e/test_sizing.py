@@ -8,7 +8,7 @@ from kubernetes import client
 
 from e2e import psjobs
 from e2e.operator_process import OperatorProcess
-from e2e.util import holds_for, wait_for
+from e2e.util import condition, holds_for, wait_for
 
 # 8 GB of fp32 parameters, 24 GB with Adam: each of 2 PS needs 28.5 GiB. (The simulated CPU nodes have
 # 64Gi, so a well-sized PS asks for less than a whole node.)
@@ -33,7 +33,7 @@ def test_undersized_ps_get_a_warning_and_still_start(
 ) -> None:
     psjobs.create(k8s, namespace, psjobs.manifest("ctr", model=MODEL, ps=_ps("4Gi")))
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
-    warning = psjobs.condition(status, "SizingWarning")
+    warning = condition(status, "SizingWarning")
     assert warning is not None and warning["status"] == "True" and warning["reason"] == "PSMemoryUndersized"
     assert "4Gi" in warning["message"]
     wait_for(
@@ -48,7 +48,7 @@ def test_undersized_ps_with_enforce_do_not_start(
 ) -> None:
     psjobs.create(k8s, namespace, psjobs.manifest("ctr", model={**MODEL, "enforce": True}, ps=_ps("4Gi")))
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Failed", timeout=30)
-    failed = psjobs.condition(status, "Failed")
+    failed = condition(status, "Failed")
     assert failed is not None and failed["reason"] == "Undersized" and "enforce" in failed["message"]
     holds_for(lambda: not psjobs.pods(k8s, namespace, "ctr", "ps"), duration=3, message="no PS pod")
     assert any(e.startswith("Undersized:") for e in _warning_events(k8s, namespace))
@@ -57,5 +57,5 @@ def test_undersized_ps_with_enforce_do_not_start(
 def test_well_sized_ps_start_clean(k8s: client.ApiClient, namespace: str, operator: OperatorProcess) -> None:
     psjobs.create(k8s, namespace, psjobs.manifest("ctr", model={**MODEL, "enforce": True}, ps=_ps("32Gi")))
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
-    assert psjobs.condition(status, "SizingWarning")["status"] == "False"  # type: ignore[index]
+    assert condition(status, "SizingWarning")["status"] == "False"  # type: ignore[index]
     assert not any(e.startswith("SizingWarning") for e in _warning_events(k8s, namespace))

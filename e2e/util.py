@@ -107,12 +107,9 @@ def get_node(api: client.ApiClient, name: str) -> dict[str, Any]:
     return as_json(api, client.CoreV1Api(api).read_node(name))
 
 
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    """The status condition of type `kind` of a pod or node (as JSON), or None."""
-    for cond in obj.get("status", {}).get("conditions", []):
-        if cond.get("type") == kind:
-            return dict(cond)
-    return None
+def condition(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of type `type_` in an object's status (a pod's, a node's, a job's), or None."""
+    return next((dict(c) for c in (status or {}).get("conditions", []) if c.get("type") == type_), None)
 
 
 def rss_mib(pid: int) -> float | None:

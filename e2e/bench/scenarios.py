@@ -26,7 +26,7 @@ from e2e.bench.podwatch import OURS, PodLabels, PodWatch
 from e2e.bench.progress import ChiefProgress
 from e2e.operator_process import OperatorProcess
 from e2e.util import WaitTimeout, rss_mib, wait_for
-from psoperator import polling
+from psoperator.control import polling
 from psoperator.kube import Kube
 from psoperator.render import render_children
 
@@ -297,7 +297,7 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
         with ChiefProgress() as progress:
             addresses = chief_addresses(bench, running.namespace)
             progress.serve(addresses)
-            # A chief that refused is asked again after up to 5 minutes (psoperator.polling).
+            # A chief that refused is asked again after up to 5 minutes (psoperator.control.polling).
             wait_for(lambda: progress.asked >= set(addresses), timeout=polling.MAX_WAIT_SECONDS + TIMEOUT,
                      interval=1.0, message="every chief asked for its progress")  # fmt: skip
             training = _window(bench, jobs, seconds, progress)

@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from psoperator import API_TIMEOUT_SECONDS, sizing_cli
+from psoperator import API_TIMEOUT_SECONDS
 from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.sizing import cli as sizing_cli
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,11 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     from psoperator import handlers  # noqa: F401  (registers the handlers)
+    from psoperator.control.leader import Election
+    from psoperator.control.state import Config, OperatorState
     from psoperator.faults import faults_from_environment
-    from psoperator.handlers import OperatorState
     from psoperator.kube import Kube, load_config
-    from psoperator.leader import Election
-    from psoperator.metrics import Metrics
+    from psoperator.metrics.registry import Metrics
 
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
     try:
@@ -88,10 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.operator_namespace:
             return _usage_error("run", "--leader-election needs --operator-namespace (or $POD_NAMESPACE)")
         election = Election(args.operator_namespace, args.leader_election, args.lease_seconds)
-    state = OperatorState(
-        election=election,
-        kube=Kube(on_response=metrics.api_request, timeout=args.api_timeout_seconds),
-        metrics=metrics,
+    config = Config(
         cluster_domain=args.cluster_domain,
         operator_namespace=args.operator_namespace or None,
         resync_seconds=args.resync_seconds,
@@ -99,6 +97,8 @@ def _run(args: argparse.Namespace) -> int:
         progress_port=args.progress_port,
         faults=faults,
     )
+    kube = Kube(on_response=metrics.api_request, timeout=args.api_timeout_seconds)
+    state = OperatorState(kube, metrics, config, election=election)
     kopf.configure(**options.logging)
     kopf.run(**options.run, memo=kopf.Memo(state=state))
     return 0
@@ -166,13 +166,13 @@ def _tf_configs(manifests: list[Any]) -> list[tuple[str, str]]:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from psoperator import crd
+    from psoperator.api import crd
 
     return crd.main(["--write"] if args.write else [])
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    from psoperator import metrics_doc
+    from psoperator.metrics import doc as metrics_doc
 
     return metrics_doc.main(write=args.write)
 

@@ -2,29 +2,28 @@
 
 Children are created with POST and changed with server-side apply only once they are known to be
 ours (owner reference to the job's uid), so the operator never takes over or deletes an object it
-does not own. Blocking client calls run in threads so the kopf event loop stays responsive.
+does not own. What to change is decided elsewhere (plan/children.py); this module carries it out.
+Blocking client calls run in threads so the kopf event loop stays responsive.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
-from psoperator.contract import PROGRESS_PATH, ProgressReport
-from psoperator.draft import PodDeletion
+from psoperator.api.labels import LABEL_JOB
+from psoperator.plan.children import ChildChange, ChildVerb, plan_children
+from psoperator.plan.draft import PodDeletion
 from psoperator.render import changeable
-from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT, LABEL_JOB
 
 Obj = dict[str, Any]
 Kept = TypeVar("Kept")
@@ -43,9 +42,6 @@ _PATHS = {
     "Job": ("/apis/batch/v1", "jobs"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
-
-
-CHILD_KINDS = tuple(_PATHS)
 
 
 def load_config() -> None:
@@ -97,24 +93,6 @@ def resource_of(path: str) -> str:
     return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]
 
 
-def owned_by(obj: Obj, uid: str) -> bool:
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
-
-
-def merge_patch(old: Any, new: Any) -> Any:
-    """An RFC 7386 merge patch that turns `old` into `new` (None where a key went away)."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
-    patch: Obj = {k: None for k in old if k not in new}
-    for key, value in new.items():
-        if key not in old:
-            patch[key] = value
-        elif old[key] != value:
-            patch[key] = merge_patch(old[key], value)
-    return patch
-
-
 _LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
@@ -147,102 +125,6 @@ CONNECT_TIMEOUT = 5.0
 # Objects a list asks for at a time, so that the full objects of one page at most are held: the pods
 # of a fresh read (Kube.list_pods) and kopf's listings before it watches (handlers.configure).
 LIST_PAGE = 500
-
-
-class ChildVerb(enum.Enum):
-    CREATE = "create"
-    PATCH = "patch"
-    KEEP = "keep"  # only the replaced object is deleted (the chief is held)
-    DELETE = "delete"  # owned and no longer wanted (NetworkPolicies switched off)
-
-
-@dataclass(frozen=True)
-class ChildChange:
-    manifest: Obj
-    verb: ChildVerb
-    replaced: Obj | None = None  # a chief Job of an older attempt, deleted first
-    # A merge patch sent before the patch: what an apply cannot remove, since no manager owns it.
-    merge_first: Obj | None = None
-
-
-def _stale_defaults(current: Obj, manifest: Obj) -> Obj | None:
-    """What `current` keeps that an apply of `manifest` cannot remove and the API server refuses
-    beside it: the `rollingUpdate` that defaulting gave a StatefulSet made by a version without
-    `updateStrategy`, which OnDelete forbids (an apply of `rollingUpdate: null` keeps it too)."""
-    wanted = manifest.get("spec", {}).get("updateStrategy", {}).get("type")
-    live = current.get("spec", {}).get("updateStrategy", {})
-    if manifest["kind"] != "StatefulSet" or wanted != "OnDelete" or "rollingUpdate" not in live:
-        return None
-    return {"spec": {"updateStrategy": {"type": wanted, "rollingUpdate": None}}}
-
-
-def _attempt(obj: Obj) -> str | None:
-    value = obj.get("metadata", {}).get("labels", {}).get(LABEL_ATTEMPT)
-    return str(value) if value is not None else None
-
-
-def plan_children(
-    owner_uid: str,
-    desired: list[Obj],
-    observed: list[Obj],
-    *,
-    create_missing: bool = True,
-    hold_chief: bool = False,
-) -> tuple[list[ChildChange], ApplyResult]:
-    """What to change so that the children are as desired, decided without the API: create what is
-    missing, patch what differs (by hash), replace a chief Job of an old attempt, delete what the job
-    owns and no longer wants. Objects of the same name that the job does not own are left alone (the
-    result's `conflicts`).
-
-    Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
-    (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
-    attempt's is not created yet. The old chief pods are the plan's to delete (`delete_pods`).
-    """
-    result = ApplyResult()
-    changes: list[ChildChange] = []
-    live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
-    for manifest in desired:
-        kind, name = manifest["kind"], manifest["metadata"]["name"]
-        current = live.get((kind, name))
-        if current is not None and not owned_by(current, owner_uid):
-            result.conflicts.append(f"{kind}/{name}")
-            continue
-        replace = current is not None and kind == "Job" and _attempt(current) != _attempt(manifest)
-        if current is not None and replace and _newer(_attempt(current), _attempt(manifest)):
-            continue  # a replica that read an older status: the newer attempt is not its to replace
-        if not create_missing and (current is None or replace):
-            continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
-        if current is None or replace:
-            held = hold_chief and _attempt(manifest) is not None  # waits until no older chief pod runs
-            if replace or not held:
-                verb = ChildVerb.KEEP if held else ChildVerb.CREATE
-                changes.append(ChildChange(manifest, verb, current if replace else None))
-        elif (
-            current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
-            != manifest["metadata"]["annotations"][ANNOTATION_HASH]
-        ):
-            stale = _stale_defaults(current, manifest)
-            changes.append(ChildChange(manifest, ChildVerb.PATCH, merge_first=stale))
-    wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
-    for key, current in live.items():
-        if key not in wanted and key[0] in _PATHS and owned_by(current, owner_uid):
-            changes.append(ChildChange(current, ChildVerb.DELETE))
-    return changes, result
-
-
-def children_fingerprint(owner_uid: str, observed: list[Obj]) -> frozenset[tuple[Any, ...]]:
-    """All that `plan_children` reads of the observed children: which exist, whether the job owns
-    each, its attempt and its hash. Their status, which changes often, is not in it."""
-    return frozenset(
-        (
-            o.get("kind"),
-            o["metadata"]["name"],
-            owned_by(o, owner_uid),
-            _attempt(o),
-            o["metadata"].get("annotations", {}).get(ANNOTATION_HASH),
-        )
-        for o in observed
-    )
 
 
 class Kube:
@@ -399,15 +281,17 @@ class Kube:
         hold_chief: bool = False,
     ) -> ApplyResult:
         """Plan the children's changes (`plan_children`) and make them (`make_changes`)."""
-        changes, result = plan_children(
+        changes, conflicts = plan_children(
             owner_uid, desired, observed, create_missing=create_missing, hold_chief=hold_chief
         )
-        return self.make_changes(namespace, changes, result)
+        return self.make_changes(namespace, changes, conflicts)
 
-    def make_changes(self, namespace: str, changes: list[ChildChange], result: ApplyResult) -> ApplyResult:
-        """Create, patch, replace and delete as `plan_children` planned, adding to its `result`. A
-        change the API server fails does not hold up the others: they are made, then the first
-        failure is raised."""
+    def make_changes(self, namespace: str, changes: list[ChildChange], conflicts: list[str]) -> ApplyResult:
+        """Create, patch, replace and delete as `plan_children` planned; its `conflicts` (objects of
+        the job's children's names that it does not own) come first in the result's. A change the
+        API server fails does not hold up the others: they are made, then the first failure is
+        raised."""
+        result = ApplyResult(conflicts=list(conflicts))
         failed: Exception | None = None
         for change in changes:
             try:
@@ -425,7 +309,7 @@ class Kube:
         if gone is not None:
             self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
             result.deleted.append(ref)
-        if change.verb in (ChildVerb.KEEP, ChildVerb.DELETE):
+        if change.verb in (ChildVerb.DELETE_REPLACED, ChildVerb.DELETE):
             return
         try:
             if change.verb is ChildVerb.CREATE:
@@ -474,37 +358,11 @@ class Kube:
         self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
 
 
-def _newer(live: str | None, wanted: str | None) -> bool:
-    return bool(live and wanted and live.isdigit() and wanted.isdigit() and int(live) > int(wanted))
-
-
 def _reason(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message", error.reason))
     except ValueError:
         return str(error.reason)
-
-
-class NotServing(Exception):
-    """Nothing serves the chief's progress port: no connection, or no answer in time."""
-
-
-async def fetch_progress(
-    session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
-) -> ProgressReport | None:
-    """The chief's progress report; None when it cannot be had or makes no sense. Raises NotServing
-    when nothing takes the connection (refused, no route) or nothing answers within `timeout` (a
-    hung runtime): either way, asking at every reconcile would cost each one as much."""
-    url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-            if response.status != 200:
-                return None
-            return ProgressReport.parse(await response.read())
-    except (aiohttp.ClientConnectorError, TimeoutError) as error:
-        raise NotServing(url) from error
-    except (aiohttp.ClientError, OSError):
-        return None
 
 
 async def in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

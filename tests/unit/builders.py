@@ -6,9 +6,10 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psoperator.observe import Observed, parse_job, parse_pod
-from psoperator.policies.recovery import TRACKED_ROLES, track_entry
-from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from psoperator.observe.failures import TRACKED_ROLES
+from psoperator.observe.views import Observed, parse_job, parse_pod
+from psoperator.status.tracking import tracked
 from psoperator.timeutil import format_time
 
 Obj = dict[str, Any]
@@ -167,5 +168,5 @@ def came_up(**status: Any) -> Obj:
 
 def tracking_of(pods: list[Obj]) -> Obj:
     views = [parse_pod(p) for p in pods]
-    entries = {v.name: track_entry(v) for v in views if v.role in TRACKED_ROLES}
+    entries = {v.name: tracked(v).model_dump(by_alias=True) for v in views if v.role in TRACKED_ROLES}
     return {"psEstablished": True, "pods": entries}

@@ -6,10 +6,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from psoperator.cache import WatchCache
-from psoperator.observe import parse_pod
+from psoperator.api.labels import LABEL_JOB
+from psoperator.observe.cache import WatchCache
+from psoperator.observe.views import parse_pod
 from psoperator.render import render_children
-from psoperator.render.names import LABEL_JOB
 from tests.unit.builders import NS, job
 
 Obj = dict[str, Any]

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from e2e.paths import CACHE
-from psoperator import crd
+from psoperator.api import crd
+from psoperator.api.labels import LABEL_JOB
 from psoperator.contract import METRICS_PATH
 from psoperator.render import render_children
-from psoperator.render.names import LABEL_JOB
 from tests.unit.builders import job
 
 ROOT = Path(__file__).resolve().parents[2]

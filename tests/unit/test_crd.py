@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from psoperator import crd
-from psoperator.schemas import extract
+from psoperator.api import crd
+from psoperator.api.schemas import extract
 
 ROOT = Path(__file__).resolve().parents[2]
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-REGENERATE = "regenerate with `python -m psoperator.crd --write` and commit both files"
+REGENERATE = "regenerate with `python -m psoperator.api.crd --write` and commit both files"
 
 # Keys a structural schema node may carry (apiextensions.k8s.io/v1 JSONSchemaProps we use).
 ALLOWED_KEYS = {

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from e2e.bad_input import CATALOGUE, REMOVE, BadInput, manifest, set_path
-from psoperator import crd
+from psoperator.api import crd
 
 try:
     import celpy

@@ -4,7 +4,7 @@ handover, the pid in a holder identity."""
 from __future__ import annotations
 
 from e2e.leases import Handovers, pid
-from psoperator.leader import LeaseRecord
+from psoperator.control.leader import LeaseRecord
 
 
 def _record(holder: str, renewed: str, acquired: str) -> LeaseRecord:

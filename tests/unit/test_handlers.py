@@ -22,20 +22,32 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, handlers
-from psoperator.cache import Snapshot
+from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB
+from psoperator.api.vocabulary import Phase
 from psoperator.contract import PROGRESS_PATH
-from psoperator.draft import PodDeletion
-from psoperator.kube import LIST_PAGE, ApplyResult, ChildVerb
-from psoperator.leader import Election, Elector
-from psoperator.metrics import Metrics
-from psoperator.observe import slim_child
-from psoperator.readings import JobReading
-from psoperator.reconcile import ReconcilePlan
+from psoperator.control import loop, polling, protocol
+from psoperator.control.leader import Election, Elector
+from psoperator.control.polling import chief_report
+from psoperator.control.state import Config, JobState, OperatorState
+from psoperator.kube import LIST_PAGE
+from psoperator.metrics.readings import JobReading
+from psoperator.metrics.registry import Metrics
+from psoperator.observe.cache import Snapshot
+from psoperator.observe.views import slim_child
+from psoperator.plan.children import ChildVerb
+from psoperator.plan.draft import PodDeletion
+from psoperator.plan.stages import ReconcilePlan
 from psoperator.render import RenderOptions, render_children
-from psoperator.render.names import ANNOTATION_HASH, LABEL_JOB
-from psoperator.vocabulary import Phase
 from tests.unit import builders
 from tests.unit.test_kube import RecordingKube
+
+_LOOPING: Any = object()  # stands for a running loop's task
+
+
+def _looping(jobs: int, idle_from: int | None = None) -> dict[tuple[str, str], JobState]:
+    """`jobs` jobs whose loops run, those from `idle_from` on finished or suspended."""
+    idle = range(idle_from if idle_from is not None else jobs, jobs)
+    return {("ns", f"job-{i}"): JobState(None, loop=_LOOPING, idle=i in idle) for i in range(jobs)}
 
 
 def test_no_handler_makes_kopf_put_a_finalizer_on_jobs() -> None:
@@ -63,7 +75,7 @@ def _configured() -> kopf.OperatorSettings:
 
     async def configure() -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()
-        memo = kopf.Memo(state=handlers.OperatorState(RecordingKube(), Metrics()))
+        memo = kopf.Memo(state=OperatorState(RecordingKube(), Metrics()))
         await _kopf_fn(handlers.configure)(settings=settings, memo=memo)
         await _kopf_fn(handlers.close)(memo=memo)
         return settings
@@ -89,8 +101,8 @@ def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.Monke
         reconciled.append(f"{namespace}/{name}")
         return ReconcilePlan(status={}, render=None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", fake_reconcile)
-    state = handlers.OperatorState(RecordingKube(), Metrics())
+    monkeypatch.setattr(loop, "reconcile_once", fake_reconcile)
+    state = OperatorState(RecordingKube(), Metrics())
     memo = kopf.Memo(state=state)
     log = logging.getLogger("test")
 
@@ -100,12 +112,12 @@ def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.Monke
             type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log, node_health={}
         )
         await asyncio.sleep(0.05)
-        assert reconciled == ["ns/ctr"] and ("ns", "ctr") in state.loops
+        assert reconciled == ["ns/ctr"] and state.jobs[("ns", "ctr")].loop is not None
         state.metrics.record("ns", "ctr", JobReading(phase=Phase.RUNNING, step=3))
         await _kopf_fn(handlers.job_changed)(
             type="DELETED", body=body, namespace="ns", name="ctr", memo=memo, logger=log, node_health={}
         )
-        assert ("ns", "ctr") not in state.loops and ("ns", "ctr") not in state.wakeups
+        assert ("ns", "ctr") not in state.jobs
         phases = [
             s for m in state.metrics.registry.collect() for s in m.samples if s.labels.get("psjob") == "ctr"
         ]
@@ -114,24 +126,45 @@ def test_a_deleted_job_stops_its_loop_and_is_forgotten(monkeypatch: pytest.Monke
     asyncio.run(scenario())
 
 
-def test_a_loop_ends_by_itself_when_the_job_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A job deleted while its watch event is still on the way: the loop ends, nothing is left."""
+def test_a_loop_that_ends_by_itself_forgets_everything_of_its_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job deleted while its watch event is still on the way: the loop ends, and nothing of the job
+    is left: not its state, its cached objects (job, pods, children, read times) nor its series."""
+    key = ("ns", "ctr")
+    pod = {"metadata": {"name": "ctr-ps-0", "namespace": "ns", "uid": "p", "labels": {LABEL_JOB: "ctr"}}}
+    child = {
+        "kind": "Service",
+        "metadata": {"name": "ctr-ps", "namespace": "ns", "labels": {LABEL_JOB: "ctr"}},
+    }
 
-    async def gone(*_: Any) -> None:
+    async def gone(state: OperatorState, *_: Any) -> None:
+        """What reconciles left before the job went, then the fresh read that finds it gone."""
+        job = state.jobs[key]
+        job.in_sync, job.refusals = ("inputs",), polling.Refusals("chief-uid", 1, 0.0)
+        state.cache.read_at[key] = state.cache.written_at[key] = 1.0
+        state.metrics.record(*key, JobReading(phase=Phase.RUNNING, step=3))
         return None
 
-    monkeypatch.setattr(handlers, "reconcile_once", gone)
-    state = handlers.OperatorState(RecordingKube(), Metrics())
+    monkeypatch.setattr(loop, "reconcile_once", gone)
+    state = OperatorState(RecordingKube(), Metrics())
     memo = kopf.Memo(state=state)
 
     async def scenario() -> None:
         body = _Body(metadata={"name": "ctr", "namespace": "ns"})
         log = logging.getLogger("test")
+        await _kopf_fn(handlers.pod_changed)(type="ADDED", body=_Body(pod), memo=memo, logger=log)
+        await _kopf_fn(handlers.child_changed)(type="ADDED", body=_Body(child), memo=memo)
         await _kopf_fn(handlers.job_changed)(
             type=None, body=body, namespace="ns", name="ctr", memo=memo, logger=log, node_health={}
         )
         await asyncio.sleep(0.05)
-        assert state.loops == {} and state.wakeups == {}
+        assert state.jobs == {} and state.cache.snapshot(key) is None
+        cache = state.cache
+        assert key not in cache.pods and key not in cache.children and key not in cache.read_at
+        assert key not in cache.written_at
+        series = [
+            s for m in state.metrics.registry.collect() for s in m.samples if s.labels.get("psjob") == "ctr"
+        ]
+        assert series == [] and state.metrics.registry.get_sample_value("psoperator_jobs_managed") == 0
 
     asyncio.run(scenario())
 
@@ -171,8 +204,8 @@ def test_a_job_is_woken_by_its_spec_and_children_but_not_by_its_own_status(
         reconciled.append(len(reconciled))
         return ReconcilePlan(status={"phase": "Running"}, render=None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", count)
-    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=3600)
+    monkeypatch.setattr(loop, "reconcile_once", count)
+    state = OperatorState(RecordingKube(), Metrics(), Config(resync_seconds=3600))
     memo = kopf.Memo(state=state)
     log = logging.getLogger("test")
 
@@ -198,17 +231,17 @@ def test_a_job_is_woken_by_its_spec_and_children_but_not_by_its_own_status(
         assert reconciled == [0, 1]
         await event(2, 3, 10)  # the spec changed
         assert reconciled == [0, 1, 2]
-        await handlers._stop_loop(state, ("ns", "ctr"))
+        await loop.stop_loop(state, ("ns", "ctr"))
 
     asyncio.run(scenario())
 
 
 def test_finished_and_suspended_jobs_resync_rarely_and_every_timer_is_jittered() -> None:
-    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=10, idle_resync_seconds=300)
+    state = OperatorState(RecordingKube(), Metrics(), Config(resync_seconds=10, idle_resync_seconds=300))
 
     def waits(phase: str, requeue: float | None = None) -> set[float]:
         plan = ReconcilePlan(status={"phase": phase}, render=None, requeue_after=requeue)
-        return {handlers.resync_after(state, plan) for _ in range(50)}
+        return {loop.resync_after(state, plan) for _ in range(50)}
 
     running, succeeded, suspended = waits("Running"), waits("Succeeded"), waits("Suspended")
     assert all(9 <= w <= 11 for w in running) and len(running) > 1
@@ -218,13 +251,13 @@ def test_finished_and_suspended_jobs_resync_rarely_and_every_timer_is_jittered()
 
 def test_with_many_jobs_the_resyncs_stretch_to_the_operators_pace() -> None:
     """1,000 jobs at 20 resyncs a second: each every 50 s, not 10 (a plan's own timer still wins)."""
-    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=10, resyncs_per_second=20)
+    state = OperatorState(RecordingKube(), Metrics(), Config(resync_seconds=10, resyncs_per_second=20))
     running = ReconcilePlan(status={"phase": "Running"}, render=None)
-    state.loops = {("ns", f"job-{i}"): None for i in range(100)}  # type: ignore[misc]
-    assert all(9 <= handlers.resync_after(state, running) <= 11 for _ in range(20))
-    state.loops = {("ns", f"job-{i}"): None for i in range(1000)}  # type: ignore[misc]
-    assert all(45 <= handlers.resync_after(state, running) <= 55 for _ in range(20))
-    assert handlers.resync_after(state, replace(running, requeue_after=3)) == 3
+    state.jobs = _looping(100)
+    assert all(9 <= loop.resync_after(state, running) <= 11 for _ in range(20))
+    state.jobs = _looping(1000)
+    assert all(45 <= loop.resync_after(state, running) <= 55 for _ in range(20))
+    assert loop.resync_after(state, replace(running, requeue_after=3)) == 3
 
 
 def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_ends(
@@ -235,19 +268,19 @@ def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_e
     async def reconcile(_state: Any, namespace: str, name: str, _logger: Any) -> ReconcilePlan:
         return ReconcilePlan(status={"phase": next(phases)}, render=None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", reconcile)
-    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=3600)
+    monkeypatch.setattr(loop, "reconcile_once", reconcile)
+    state = OperatorState(RecordingKube(), Metrics(), Config(resync_seconds=3600))
     key = ("ns", "ctr")
 
     async def scenario() -> None:
-        handlers._start_loop(state, key, logging.getLogger("test"))
+        loop.start_loop(state, key, logging.getLogger("test"))
         await asyncio.sleep(0.1)
-        assert state.idle == set()
-        handlers._wake(state, key)
+        assert not state.jobs[key].idle
+        loop.wake(state, key)
         await asyncio.sleep(0.2)  # past the loop's settling
-        assert state.idle == {key}
-        await handlers._stop_loop(state, key)
-        assert state.idle == set()
+        assert state.jobs[key].idle
+        await loop.stop_loop(state, key)
+        assert not state.jobs[key].idle
 
     asyncio.run(scenario())
 
@@ -255,19 +288,17 @@ def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_e
 def test_finished_jobs_count_in_the_pace_at_their_own_rare_resync() -> None:
     """100 running jobs beside 900 finished ones keep their 10 s resync (the finished ones cost 3
     reconciles a second, not 90); 10,000 finished ones stretch everything, theirs too."""
-    state = handlers.OperatorState(
-        RecordingKube(), Metrics(), resync_seconds=10, resyncs_per_second=20, idle_resync_seconds=300
+    state = OperatorState(
+        RecordingKube(), Metrics(), Config(resync_seconds=10, resyncs_per_second=20, idle_resync_seconds=300)
     )
     running = ReconcilePlan(status={"phase": "Running"}, render=None)
     succeeded = ReconcilePlan(status={"phase": "Succeeded"}, render=None)
-    state.loops = {("ns", f"job-{i}"): None for i in range(1000)}  # type: ignore[misc]
-    state.idle = {("ns", f"job-{i}") for i in range(100, 1000)}
-    assert all(9 <= handlers.resync_after(state, running) <= 11 for _ in range(20))
-    state.loops = {("ns", f"job-{i}"): None for i in range(10_100)}  # type: ignore[misc]
-    state.idle = {("ns", f"job-{i}") for i in range(100, 10_100)}
+    state.jobs = _looping(1000, idle_from=100)
+    assert all(9 <= loop.resync_after(state, running) <= 11 for _ in range(20))
+    state.jobs = _looping(10_100, idle_from=100)
     stretch = (100 / 10 + 10_000 / 300) / 20  # 2.17
-    assert all(9 * stretch <= handlers.resync_after(state, running) <= 11 * stretch for _ in range(20))
-    assert all(270 * stretch <= handlers.resync_after(state, succeeded) <= 330 * stretch for _ in range(20))
+    assert all(9 * stretch <= loop.resync_after(state, running) <= 11 * stretch for _ in range(20))
+    assert all(270 * stretch <= loop.resync_after(state, succeeded) <= 330 * stretch for _ in range(20))
 
 
 def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,19 +309,18 @@ def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> 
         await asyncio.sleep(3600)
         return ReconcilePlan(status={}, render=None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", idle)
-    state = handlers.OperatorState(
-        RecordingKube(), Metrics(), known={("ns", "ctr"): logging.getLogger("ctr")}
-    )
+    monkeypatch.setattr(loop, "reconcile_once", idle)
+    state = OperatorState(RecordingKube(), Metrics())
+    state.jobs[("ns", "ctr")] = JobState(logging.getLogger("ctr"))
 
     def leader() -> float | None:
         return state.metrics.registry.get_sample_value("psoperator_leader")
 
     async def scenario() -> None:
-        await handlers._lead(state)
-        assert leader() == 1 and ("ns", "ctr") in state.loops
-        await handlers._follow(state)
-        assert leader() == 0 and not state.loops
+        await loop.lead(state)
+        assert leader() == 1 and state.jobs[("ns", "ctr")].loop is not None
+        await loop.follow(state)
+        assert leader() == 0 and not state.looping()
 
     asyncio.run(scenario())
 
@@ -312,8 +342,8 @@ def test_every_loop_runs_in_the_first_job_handlers_context_not_its_own(
         await asyncio.sleep(3600)
         return ReconcilePlan(status={}, render=None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", reconcile)
-    state = handlers.OperatorState(RecordingKube(), Metrics(), resync_seconds=3600)
+    monkeypatch.setattr(loop, "reconcile_once", reconcile)
+    state = OperatorState(RecordingKube(), Metrics(), Config(resync_seconds=3600))
     memo, log = kopf.Memo(state=state), logging.getLogger("test")
 
     async def job_event(name: str) -> None:
@@ -327,17 +357,17 @@ def test_every_loop_runs_in_the_first_job_handlers_context_not_its_own(
     async def scenario() -> None:
         await asyncio.create_task(job_event("first"))  # each event has a context of its own
         await asyncio.create_task(job_event("second"))
-        await handlers._follow(state)
-        await handlers._lead(state)  # both loops again, started from the election's side
+        await loop.follow(state)
+        await loop.lead(state)  # both loops again, started from the election's side
         await asyncio.sleep(0.01)
-        await handlers._follow(state)
+        await loop.follow(state)
 
     asyncio.run(scenario())
     assert seen == ["first's handler"] * 4
 
 
 def test_back_off_doubles_up_to_its_limit() -> None:
-    assert [handlers.retry_after(n) for n in (1, 2, 3, 6, 7, 50)] == [1.0, 2.0, 4.0, 30.0, 30.0, 30.0]
+    assert [loop.retry_after(n) for n in (1, 2, 3, 6, 7, 50)] == [1.0, 2.0, 4.0, 30.0, 30.0, 30.0]
 
 
 def test_a_series_of_failed_reconciles_is_logged_once_and_its_end_once(
@@ -359,12 +389,12 @@ def test_a_series_of_failed_reconciles_is_logged_once_and_its_end_once(
         waits.append(timeout)
         return await real_wait_for(awaitable, timeout=0)
 
-    monkeypatch.setattr(handlers, "reconcile_once", flaky)
+    monkeypatch.setattr(loop, "reconcile_once", flaky)
     monkeypatch.setattr(asyncio, "wait_for", recorded_wait_for)
-    state = handlers.OperatorState(RecordingKube(), Metrics())
+    state = OperatorState(RecordingKube(), Metrics())
     logger = logging.getLogger("test.flaky")
     with caplog.at_level(logging.DEBUG, logger="test.flaky"):
-        asyncio.run(handlers.run_job(state, "ns", "ctr", logger))
+        asyncio.run(loop.run_job(state, "ns", "ctr", logger))
     assert waits == [1.0, 2.0, 4.0]
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         (
@@ -383,19 +413,19 @@ def test_an_unexpected_error_is_logged_with_its_traceback(caplog: pytest.LogCapt
         try:
             raise KeyError("status")
         except KeyError as error:
-            handlers.log_failure(logger, error, 1)
+            loop.log_failure(logger, error, 1)
     assert caplog.records[0].levelname == "ERROR" and caplog.records[0].exc_info is not None
 
 
 def _counting_renders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The job's resourceVersion at each of the handlers' render_children calls, as they come."""
+    """The job's resourceVersion at each of the protocol's render_children calls, as they come."""
     renders: list[str] = []
 
     def counting_render(job: Any, options: RenderOptions) -> list[Any]:
         renders.append(job["metadata"]["resourceVersion"])
         return render_children(job, options)
 
-    monkeypatch.setattr(handlers, "render_children", counting_render)
+    monkeypatch.setattr(protocol, "render_children", counting_render)
     return renders
 
 
@@ -411,17 +441,19 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
     """A Running job's reconciles render nothing while its spec (generation), the plan and the
     children's owners, attempts and hashes stay the same; nothing rendered is kept for it."""
     renders = _counting_renders(monkeypatch)
-    state = handlers.OperatorState(RecordingKube(), Metrics())
+    state = OperatorState(RecordingKube(), Metrics())
+    job_state = JobState(logging.getLogger("test"))
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
 
-    def decide(seen_job: Any, children: list[Any]) -> handlers.Decision:
-        return asyncio.run(handlers._decide(state, Snapshot(seen_job, children, []), fresh=False))
+    def decide(seen_job: Any, children: list[Any]) -> protocol.Decision:
+        return asyncio.run(protocol.decide(state, job_state, Snapshot(seen_job, children, []), fresh=False))
 
     assert decide(job, []).changes  # a new job: its children are to be created
     created = [slim_child(c) for c in _as_created(job)]
     assert not decide(job, created).changes and len(renders) == 2
     assert not decide(job, created).changes and len(renders) == 2
-    [(generation, _options, _create, _hold, fingerprint)] = state.in_sync.values()  # nothing rendered
+    assert job_state.in_sync is not None  # the inputs, nothing rendered
+    generation, _options, _create, _hold, fingerprint = job_state.in_sync
     assert generation == 1 and len(fingerprint) == len(created)
     edited = copy.deepcopy(created)
     edited[0]["metadata"]["annotations"][ANNOTATION_HASH] = "edited by hand"
@@ -434,12 +466,13 @@ def test_a_status_write_does_not_render_the_children_again(monkeypatch: pytest.M
     """Every status write changes the job's resourceVersion, but the renderer reads only the job's
     name, uid and spec (its generation): the next reconcile does not render."""
     renders = _counting_renders(monkeypatch)
-    state = handlers.OperatorState(RecordingKube(), Metrics())
+    state = OperatorState(RecordingKube(), Metrics())
+    job_state = JobState(logging.getLogger("test"))
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     created = [slim_child(c) for c in _as_created(job)]
 
-    def decide(seen_job: Any) -> handlers.Decision:
-        return asyncio.run(handlers._decide(state, Snapshot(seen_job, created, []), fresh=False))
+    def decide(seen_job: Any) -> protocol.Decision:
+        return asyncio.run(protocol.decide(state, job_state, Snapshot(seen_job, created, []), fresh=False))
 
     assert not decide(job).changes and renders == ["7"]
     written = builders.with_status(job, phase="Running", step=100)
@@ -482,23 +515,18 @@ def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() 
     """A plain TensorFlow image never serves progress: its chief is not asked at every reconcile.
     Any answer, even a garbled one, ends the back-off."""
     port = _free_port()
-    observed = builders.observed([builders.pod("chief", 0, attempt=0, ip="127.0.0.1")])
+    chief = builders.observed([builders.pod("chief", 0, attempt=0, ip="127.0.0.1")]).chief_pod(0)
 
     async def run() -> None:
-        state = handlers.OperatorState(RecordingKube(), Metrics(), progress_port=port)
-        state.session = aiohttp.ClientSession()
-        try:
-            assert await handlers._progress(state, "job-uid", observed, 0) is None
-            refusals = state.refusals["job-uid"]
-            assert refusals.count == 1
+        async with aiohttp.ClientSession() as session:
+            report, refusals = await chief_report(session, port, chief, None)
+            assert report is None and refusals is not None and refusals.count == 1
             with _answering(port, b"not a report") as hits:
-                assert await handlers._progress(state, "job-uid", observed, 0) is None
+                assert await chief_report(session, port, chief, refusals) == (None, refusals)
                 assert hits == []  # its wait runs: not asked
-                state.refusals["job-uid"] = replace(refusals, until=time.monotonic())
-                assert await handlers._progress(state, "job-uid", observed, 0) is None
-                assert hits == [PROGRESS_PATH] and "job-uid" not in state.refusals
-        finally:
-            await state.session.close()
+                over = replace(refusals, until=time.monotonic())
+                assert await chief_report(session, port, chief, over) == (None, None)
+                assert hits == [PROGRESS_PATH]
 
     asyncio.run(run())
 
@@ -514,15 +542,38 @@ def test_a_restarts_pod_deletions_go_out_at_once() -> None:
             super().delete_pod(namespace, deletion)
 
     kube = TogetherKube()
-    state = handlers.OperatorState(kube, Metrics())
+    state = OperatorState(kube, Metrics())
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     deletions = [PodDeletion(f"ctr-{name}", f"uid-{name}", 5) for name in ("chief-0x", "ps-0", "ps-1")]
     plan = ReconcilePlan(status={}, render=None, delete_pods=deletions)
-    decision = handlers.Decision(plan, None, [], ApplyResult(), datetime.now(UTC))
-    asyncio.run(handlers._act(state, Snapshot(job, [], []), decision, logging.getLogger("test")))
+    decision = protocol.Decision(plan, None, [], [], datetime.now(UTC))
+    log = logging.getLogger("test")
+    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     assert sorted(path for _, path in kube.calls) == [
         f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")
     ]
+
+
+def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is_read_fresh() -> None:
+    """A new job (no status: nothing of ours exists) gets its status and children without a read;
+    once it has a status, a reconcile that acts reads the job and its children first."""
+    new = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    written = new | {"metadata": {**new["metadata"], "resourceVersion": "8"}, "status": {"phase": "Pending"}}
+
+    def first_reconcile(job: Any) -> list[tuple[str, str]]:
+        kube = RecordingKube()
+        kube.wire.answers = [written]  # the status write's answer; then every request gets {}
+        state = OperatorState(kube, Metrics())
+        state.cache.job_seen("team-a", "ctr", job)
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        return kube.calls
+
+    calls = first_reconcile(new)
+    assert [method for method, _ in calls if method == "GET"] == []
+    assert calls[0] == ("PATCH", f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr/status")
+    assert len([method for method, _ in calls if method == "POST"]) == len(render_children(new))
+    acted_on = first_reconcile(builders.with_status(new, phase="Pending"))
+    assert acted_on[0] == ("GET", f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr")
 
 
 def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() -> None:
@@ -533,15 +584,16 @@ def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() ->
         pass
 
     kube = RecordingKube()
-    state = handlers.OperatorState(kube, Metrics())
+    state = OperatorState(kube, Metrics())
     state.elector = Elector(kube, Election("ops", "psop", 8), nothing, nothing)
     state.elector.leading, state.elector.renewed = True, time.monotonic() - 6  # renew deadline: 5.3 s
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     plan = ReconcilePlan(
         status={"phase": "Restarting"}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)]
     )
-    decision = handlers.Decision(plan, None, [], ApplyResult(), datetime.now(UTC))
-    asyncio.run(handlers._act(state, Snapshot(job, [], []), decision, logging.getLogger("test")))
+    decision = protocol.Decision(plan, None, [], [], datetime.now(UTC))
+    log = logging.getLogger("test")
+    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     assert kube.calls == []
 
 
@@ -596,13 +648,13 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
         children.remove(service)
     kube = OneJobKube(job, children)
     kube.wire.statuses = [422]  # the create of the missing Service
-    state = handlers.OperatorState(kube, Metrics())
+    state = OperatorState(kube, Metrics())
     state.cache.job_seen("team-a", "ctr", job)
     for child in children:
         state.cache.child_seen("ADDED", child)
 
     def reconcile() -> None:
-        asyncio.run(handlers.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
 
     reconcile()
     assert warnings == [unmade] and kube.reads == 1
@@ -615,25 +667,3 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     state.cache.read_at.clear()
     reconcile()
     assert warnings == [unmade] and kube.reads == reads + 1
-
-
-def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is_read_fresh() -> None:
-    """A new job (no status: nothing of ours exists) gets its status and children without a read;
-    once it has a status, a reconcile that acts reads the job and its children first."""
-    new = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
-    written = new | {"metadata": {**new["metadata"], "resourceVersion": "8"}, "status": {"phase": "Pending"}}
-
-    def first_reconcile(job: Any) -> list[tuple[str, str]]:
-        kube = RecordingKube()
-        kube.wire.answers = [written]  # the status write's answer; then every request gets {}
-        state = handlers.OperatorState(kube, Metrics())
-        state.cache.job_seen("team-a", "ctr", job)
-        asyncio.run(handlers.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
-        return kube.calls
-
-    calls = first_reconcile(new)
-    assert [method for method, _ in calls if method == "GET"] == []
-    assert calls[0] == ("PATCH", f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr/status")
-    assert len([method for method, _ in calls if method == "POST"]) == len(render_children(new))
-    acted_on = first_reconcile(builders.with_status(new, phase="Pending"))
-    assert acted_on[0] == ("GET", f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr")

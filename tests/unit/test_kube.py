@@ -16,11 +16,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP
-from psoperator.draft import PodDeletion
-from psoperator.kube import Kube, NotServing, StaleJob, api_failure, fetch_progress, resource_of
-from psoperator.observe import parse_pod
+from psoperator.api.labels import ANNOTATION_HASH, LABEL_ATTEMPT
+from psoperator.control.polling import NotServing, fetch_progress
+from psoperator.kube import Kube, StaleJob, api_failure, resource_of
+from psoperator.observe.views import parse_pod
+from psoperator.plan.draft import PodDeletion
 from psoperator.render import render_children
-from psoperator.render.names import ANNOTATION_HASH, LABEL_ATTEMPT
 from tests.unit.builders import NS, job
 
 Obj = dict[str, Any]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from psoperator.leader import Election, Elector, LeaseClock, LeaseRecord, lease_body, may_hold
+from psoperator.control.leader import Election, Elector, LeaseClock, LeaseRecord, lease_body, may_hold
 from tests.unit.builders import NOW
 
 Obj = dict[str, Any]

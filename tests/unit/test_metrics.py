@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from psoperator import cli, metrics_doc
-from psoperator.api import PSTrainingJobStatus
+from psoperator import cli
+from psoperator.api.models import PSTrainingJobStatus
+from psoperator.api.vocabulary import Phase
 from psoperator.contract import ProgressReport
 from psoperator.kube import StaleJob
-from psoperator.metrics import Metrics
-from psoperator.readings import STEP_RATE_IDLE_SECONDS, JobReading, read_job, step_rate
-from psoperator.reconcile import plan_reconcile
+from psoperator.metrics import doc as metrics_doc
+from psoperator.metrics.readings import STEP_RATE_IDLE_SECONDS, JobReading, read_job, step_rate
+from psoperator.metrics.registry import Metrics
+from psoperator.plan.stages import plan_reconcile
 from psoperator.timeutil import format_time
-from psoperator.vocabulary import Phase
 from tests.unit.builders import (
     NOW,
     came_up,

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from e2e import monitoring
-from psoperator.metrics import Metrics
+from psoperator.metrics.registry import Metrics
 
 ALERT_TESTS = Path(__file__).resolve().parent / "alerts" / "tests.yaml"
 

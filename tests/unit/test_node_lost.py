@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from psoperator.api import PSTrainingJobSpec
-from psoperator.observe import NodeView, Observed, parse_node
+from psoperator.api.models import PSTrainingJobSpec
+from psoperator.observe.views import NodeView, Observed, parse_node
+from psoperator.plan.stages import plan_reconcile
 from psoperator.policies import node_lost
-from psoperator.reconcile import plan_reconcile
 from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of, with_status
 

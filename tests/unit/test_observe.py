@@ -6,10 +6,10 @@ import copy
 import json
 from typing import Any
 
-from psoperator.kube import plan_children
-from psoperator.observe import parse_job, parse_pod, slim_child
+from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER
+from psoperator.observe.views import parse_job, parse_pod, slim_child
+from psoperator.plan.children import plan_children
 from psoperator.render import render_children
-from psoperator.render.names import ANNOTATION_TRAINER_CONTAINER
 from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, pod
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psoperator import polling
+from psoperator.control import polling
 
 
 def test_a_chief_that_never_refused_is_always_asked() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psoperator.api import Tracking
+from psoperator.api.models import Tracking
 from psoperator.policies import ps_recycle
 from tests.unit.builders import observed, pod, running_cluster, tracking_of
 

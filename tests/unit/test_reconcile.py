@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from psoperator.contract import ProgressReport
-from psoperator.observe import Observed
-from psoperator.reconcile import plan_reconcile
+from psoperator.observe.views import Observed
+from psoperator.plan.stages import plan_reconcile
 from psoperator.render import render_children
 from psoperator.timeutil import format_time
 from tests.unit.builders import (

@@ -7,17 +7,11 @@ from typing import Any
 
 import pytest
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
-from psoperator.observe import parse_pod
-from psoperator.policies.recovery import (
-    RecoveryAction,
-    classify_pod_failure,
-    decide,
-    detect_failures,
-    next_start_errors,
-    next_tracking,
-    track_entry,
-)
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus, TrackedPod, Tracking
+from psoperator.observe.failures import classify_pod_failure, detect_failures
+from psoperator.observe.views import parse_pod
+from psoperator.policies.recovery import RecoveryAction, decide
+from psoperator.status.tracking import next_start_errors, next_tracking, tracked
 from psoperator.timeutil import format_time
 from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster, tracking_of
 
@@ -229,7 +223,7 @@ def test_a_new_waiting_episode_starts_the_grace_again() -> None:
     seen = _seen_stuck(before, tracking_of(_with("ps", 1, restarts=1)), timedelta(seconds=900))
     again = _with("ps", 1, restarts=2, waiting="ImagePullBackOff")
     errors = next_start_errors(_status(tracking=seen).tracking, observed(again, chief_job()), 0, NOW, 300)
-    assert errors["ctr-ps-1"].endswith(f"/2/{format_time(NOW)}")
+    assert (errors["ctr-ps-1"].restarts, errors["ctr-ps-1"].since) == (2, format_time(NOW))
 
 
 def test_a_worker_that_cannot_start_is_recorded_once_not_fatal() -> None:
@@ -253,17 +247,17 @@ def test_a_worker_that_cannot_start_is_recorded_once_not_fatal() -> None:
 
 def test_classify_ignores_a_healthy_pod_and_unknown_objects() -> None:
     healthy = parse_pod(pod("ps", 0))
-    assert classify_pod_failure(f"{healthy.uid}/0", healthy) is None
+    assert classify_pod_failure(TrackedPod(uid=healthy.uid), healthy) is None
     assert classify_pod_failure(None, healthy) is None
     odd = parse_pod(
         {"metadata": {"name": "x", "labels": {"psoperator.io/role": "nonsense"}}, "status": "garbage"}
     )
-    assert classify_pod_failure("uid/0", odd) is None
+    assert classify_pod_failure(TrackedPod(uid="uid"), odd) is None
 
 
 def test_detect_failures_reports_each_vanished_pod_once() -> None:
     pods = [parse_pod(p) for p in BASE if p["metadata"]["name"] != "ctr-worker-1"]
-    failures = detect_failures(TRACKED["pods"], pods)
+    failures = detect_failures(Tracking.model_validate(TRACKED).pods, pods)
     assert [(f.pod, f.reason) for f in failures] == [("ctr-worker-1", "Deleted")]
 
 
@@ -284,7 +278,9 @@ def test_a_replaced_pod_is_classified_by_how_the_watch_saw_it_end() -> None:
     preempted = parse_pod(pod("ps", 1, deleting=True, disruption="PreemptionByScheduler"))
     pods = [parse_pod(p) for p in _with("ps", 0, uid="fresh")]
     pods = [p for p in pods if p.name != "ctr-ps-1"]
-    failures = detect_failures(TRACKED["pods"], pods, {gone.uid: gone, preempted.uid: preempted})
+    failures = detect_failures(
+        Tracking.model_validate(TRACKED).pods, pods, {gone.uid: gone, preempted.uid: preempted}
+    )
     assert [(f.pod, f.reason, f.exit_code, f.disruption) for f in failures] == [
         ("ctr-ps-0", "OOMKilled", 137, False),
         ("ctr-ps-1", "Preempted", None, True),
@@ -345,7 +341,7 @@ def test_the_chiefs_exit_code_is_the_trainers_when_a_sidecar_sorts_first() -> No
 def test_tracking_entries_from_before_sidecars_were_tracked_are_understood() -> None:
     """An entry `uid/restarts` (older operator, restarts of every container): no failure is invented."""
     current = parse_pod(pod("ps", 0, restarts=1, sidecar={"restartCount": 2}))
-    assert classify_pod_failure(f"{current.uid}/3", current) is None
+    assert classify_pod_failure(TrackedPod(uid=current.uid, restarts=3), current) is None
 
 
 @pytest.mark.parametrize("code,job_reason", [(1, "PodFailurePolicy"), (138, "BackoffLimitExceeded")])
@@ -485,9 +481,9 @@ def test_a_failure_carries_when_it_happened_as_the_api_tells_it() -> None:
     preempted["status"]["conditions"][-1]["lastTransitionTime"] = "2026-11-29T11:59:57Z"
     deleted = pod("ps", 0, deleting=True)
     deleted["metadata"]["deletionGracePeriodSeconds"] = 30
-    tracked = track_entry(parse_pod(pod("ps", 0)))
+    entry = tracked(parse_pod(pod("ps", 0)))
     times = [
-        failure.at if (failure := classify_pod_failure(tracked, parse_pod(p))) else "none"
+        failure.at if (failure := classify_pod_failure(entry, parse_pod(p))) else "none"
         for p in (terminated, in_place, preempted, deleted)
     ]
     asked = format_time(NOW - timedelta(seconds=30))

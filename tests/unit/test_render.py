@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from psoperator import contract
-from psoperator.api import MAX_REPLICAS, MAX_WORKERS
+from psoperator.api.labels import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
+from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS
 from psoperator.render import RenderOptions, render_children
-from psoperator.render.names import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
 from tests.unit.builders import JOB, NS, job
 
 GOLDEN = Path(__file__).parent / "golden"

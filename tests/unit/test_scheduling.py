@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from psoperator.api import PSTrainingJobSpec
+from psoperator.api.models import PSTrainingJobSpec
 from psoperator.policies import scheduling
 from tests.unit.builders import NOW, chief_job, job, observed, pod, running_cluster
 

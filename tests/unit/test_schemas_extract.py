@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from psoperator.schemas import extract
+from psoperator.api.schemas import extract
 
 REF = "#/components/schemas/"
 
@@ -183,4 +183,4 @@ def test_committed_schemas_match_the_upstream_document() -> None:
     documents = extract.extract(json.loads(source.read_text()))
     for name, document in documents.items():
         committed = json.loads(extract.output_path(name).read_text())
-        assert committed == document, f"{name}: regenerate with `python -m psoperator.schemas.extract`"
+        assert committed == document, f"{name}: regenerate with `python -m psoperator.api.schemas.extract`"

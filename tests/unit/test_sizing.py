@@ -11,25 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from psoperator.api import EmbeddingTable, ModelHints, PSTrainingJobSpec
-from psoperator.sizing import (
-    DEFAULT_RUNTIME_OVERHEAD_BYTES,
-    SLOTS_PER_PARAMETER,
-    DoesNotFit,
-    SizingError,
-    SizingLevel,
-    check_ps_memory,
-    format_quantity,
-    human_bytes,
-    parse_bytes,
-    parse_quantity,
-    plan_ps,
-    ps_state_bytes,
-    shard_count,
-    shard_rows,
-    suggestion_for_oom,
-)
-from psoperator.sizing_cli import add_plan_command, main
+from psoperator.api.models import EmbeddingTable, ModelHints, PSTrainingJobSpec
+from psoperator.sizing.admission import SizingLevel, check_ps_memory
+from psoperator.sizing.cli import add_plan_command, main
+from psoperator.sizing.errors import DoesNotFit, SizingError
+from psoperator.sizing.oom import suggestion_for_oom
+from psoperator.sizing.placement import SLOTS_PER_PARAMETER, ps_state_bytes, shard_count, shard_rows
+from psoperator.sizing.planner import DEFAULT_RUNTIME_OVERHEAD_BYTES, plan_ps
+from psoperator.sizing.quantity import format_quantity, human_bytes, parse_bytes, parse_quantity
 
 GiB = 2**30
 ONE_GIB_SHARDS = 2**30

@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+import pytest
+
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.contract import Role
-from psoperator.draft import Draft, Event
-from psoperator.observe import Observed, owned_pods, parse_pod
-from psoperator.policies.recovery import restart_budget_used
-from psoperator.reconcile import (
+from psoperator.observe.views import Observed, owned_pods, parse_pod
+from psoperator.plan import stages
+from psoperator.plan.draft import Draft, Event
+from psoperator.plan.stages import (
     DECIDED,
     GO_ON,
     STAGES,
@@ -25,8 +28,9 @@ from psoperator.reconcile import (
     suspend_or_resume,
     when_finished,
 )
+from psoperator.policies.recovery import restart_budget_used
+from psoperator.sizing.admission import SizingLevel, SizingVerdict
 from psoperator.timeutil import format_time
-from psoperator.vocabulary import ConditionType, Phase
 from tests.unit.builders import (
     NOW,
     came_up,
@@ -112,6 +116,26 @@ def test_admit_sizing_warns_once_and_refuses_only_with_enforce() -> None:
     spec, refused = _draft(job(model={**model, "enforce": True}, ps=small_ps))
     assert admit_sizing(spec, refused) is DECIDED
     assert refused.status.phase == Phase.FAILED and refused.render is None
+
+
+def test_admit_sizing_checks_only_while_it_can_still_warn_or_refuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Told already and past Pending: nothing the check says can change anything, so it is not made."""
+    checked: list[str] = []
+
+    def check(spec: PSTrainingJobSpec) -> SizingVerdict:
+        checked.append(spec.ps.template["spec"]["containers"][0]["name"])
+        return SizingVerdict(SizingLevel.OK, "PSMemorySufficient", "")
+
+    monkeypatch.setattr(stages, "check_ps_memory", check)
+    model = {"parameters": 1_000, "optimizer": "adam"}
+    spec, new = _draft(job(model=model))
+    assert admit_sizing(spec, new) is GO_ON and len(checked) == 1
+    told = new.plan().status
+    for phase, checks in (("Pending", 2), ("Running", 2), ("Suspended", 2)):
+        spec, d = _draft(with_status(job(model=model), **{**told, "phase": phase}))
+        assert admit_sizing(spec, d) is GO_ON and len(checked) == checks
+    spec, without = _draft(with_status(job(), phase="Pending"))
+    assert admit_sizing(spec, without) is GO_ON and len(checked) == 2
 
 
 def test_suspend_then_resume() -> None:

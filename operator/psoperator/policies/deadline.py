@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.timeutil import parse_time
 
 

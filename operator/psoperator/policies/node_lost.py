@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec
-from psoperator.observe import Observed, PodView
+from psoperator.api.models import PSTrainingJobSpec
+from psoperator.observe.views import Observed, PodView
 from psoperator.timeutil import parse_time
 
 

@@ -25,9 +25,9 @@ correct recovery is to restart the chief, which restores every variable from the
 (**) unless a newer checkpoint was written since the previous restart: progress resets the budget.
 Every RESTART_FROM_CHECKPOINT also restarts the PS that served the old chief (ps_recycle.py); their
 going away is not a failure.
-Only the training container's exit codes and restarts count (observe.py finds it by name); a
-sidecar's restart leaves the task's variables where they were.
-Every function here is pure: observed state and the job's status in, a decision out. README.md's
+Only the training container's exit codes and restarts count (observe/failures.py classifies what
+happened to each pod; a sidecar's restart leaves the task's variables where they were).
+Every function here is pure: the classified failures and the job's status in, a decision out. README.md's
 "Recovery" section has the same matrix with the reason each row gives; `RULES` apply it in order.
 """
 
@@ -38,17 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, Tracking
-from psoperator.contract import ExitCode, Role
-from psoperator.observe import START_ERRORS, Observed, PodView, Termination
-from psoperator.sizing import suggestion_for_oom
-from psoperator.timeutil import format_time, parse_time
-
-# Roles whose loss training survives: the coordinator reschedules a worker's steps, and the
-# evaluator only reads checkpoints. Their failures are recorded, never a reason to restart.
-TOLERATED_ROLES = frozenset({Role.WORKER, Role.EVALUATOR})
-# Roles whose pods the operator tracks from one reconcile to the next (the chief has its Job).
-TRACKED_ROLES = (Role.PS, Role.WORKER, Role.EVALUATOR)
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.contract import Role
+from psoperator.observe.failures import Failure, chief_failure, detect_failures
+from psoperator.observe.views import Observed
+from psoperator.sizing.oom import suggestion_for_oom
+from psoperator.status.tracking import overdue, start_error_of, tracked_pods
 
 
 class RecoveryAction(enum.Enum):
@@ -58,38 +53,9 @@ class RecoveryAction(enum.Enum):
     FAIL = "Fail"
 
 
-# DisruptionTarget reasons, as Kubernetes sets them, to the reason users know.
-_DISRUPTION_REASONS = {
-    "PreemptionByScheduler": "Preempted",
-    "PreemptionByKubeScheduler": "Preempted",
-    "EvictionByEvictionAPI": "Evicted",
-    "TerminationByKubelet": "Evicted",
-    "DeletionByTaintManager": "NodeLost",
-    "DeletionByPodGC": "NodeLost",
-}
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One failure of one pod, as the recovery record and the events tell it."""
-
-    role: Role
-    pod: str
-    index: int | None
-    reason: str
-    message: str
-    exit_code: int | None = None
-    disruption: bool = False
-    sidecar: bool = False  # a sidecar restarted, not the trainer: recorded, never acted on
-    # When it happened (the container's termination, the pod's disruption or deletion), if the
-    # API says; recovery time is measured from it.
-    at: str | None = None
-
-    def describe(self) -> str:
-        where = f"{self.role.value} {self.index}" if self.index is not None else self.role.value
-        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
-        text = f"{where} ({self.pod}): {self.reason}{code}"
-        return f"{text}: {self.message}" if self.message else text
+# Roles whose loss training survives: the coordinator reschedules a worker's steps, and the
+# evaluator only reads checkpoints. Their failures are recorded, never a reason to restart.
+TOLERATED_ROLES = frozenset({Role.WORKER, Role.EVALUATOR})
 
 
 @dataclass(frozen=True)
@@ -105,197 +71,6 @@ class RecoveryDecision:
     recorded: list[Failure] = field(default_factory=list)
 
 
-def _tracked(entry: str) -> tuple[str, int, int | None]:
-    """uid, the trainer's restarts and the sidecars' (None: an entry from before they were tracked)."""
-    uid, restarts, sidecars = [*entry.split("/"), "", ""][:3]
-    return (
-        uid,
-        int(restarts) if restarts.isdigit() else 0,
-        int(sidecars) if sidecars.isdigit() else None,
-    )
-
-
-def track_entry(pod: PodView) -> str:
-    return f"{pod.uid}/{pod.restarts}/{sum(pod.sidecar_restarts.values())}"
-
-
-def unchanged_since(entry: str | None, pod: PodView) -> bool:
-    """The same pod, its trainer not restarted, since the tracked `entry` was taken."""
-    return entry is not None and _tracked(entry)[:2] == (pod.uid, pod.restarts)
-
-
-def _sidecar_failure(pod: PodView) -> Failure:
-    assert pod.role is not None
-    restarted = ", ".join(
-        f"{name} ({count})" for name, count in sorted(pod.sidecar_restarts.items()) if count
-    )
-    message = f"sidecar restarted in place, restarts so far: {restarted}; the trainer runs on"
-    return Failure(pod.role, pod.name, pod.index, "SidecarRestarted", message, sidecar=True)
-
-
-def _termination_failure(pod: PodView, term: Termination | None, fallback: str) -> Failure:
-    assert pod.role is not None
-    if term is None:
-        return Failure(pod.role, pod.name, pod.index, fallback, "", at=pod.deleted_at)
-    # SIGTERM: someone asked the pod to stop (a deletion, a drain); the task did nothing wrong.
-    stopped = term.exit_code == ExitCode.TERMINATED
-    message = term.message.strip()[:512]
-    return Failure(
-        pod.role,
-        pod.name,
-        pod.index,
-        term.reason,
-        message,
-        term.exit_code,
-        disruption=stopped,
-        at=term.finished_at,
-    )
-
-
-def _classify_ended(pod: PodView) -> Failure | None:
-    """A pod that failed, is being deleted, or was seen last in one of those states."""
-    assert pod.role is not None
-    if pod.node_lost is not None:
-        return Failure(pod.role, pod.name, pod.index, "NodeLost", pod.node_lost, disruption=True)
-    if pod.disruption is not None and (pod.failed or pod.deleting):
-        reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
-        message = f"DisruptionTarget: {pod.disruption}"
-        return Failure(pod.role, pod.name, pod.index, reason, message, disruption=True, at=pod.disrupted_at)
-    if pod.failed:
-        if pod.pod_reason == "Evicted":
-            at = pod.terminated.finished_at if pod.terminated else None
-            return Failure(pod.role, pod.name, pod.index, "Evicted", "", disruption=True, at=at)
-        return _termination_failure(pod, pod.terminated, pod.pod_reason or "Failed")
-    if pod.deleting:
-        return Failure(pod.role, pod.name, pod.index, "Deleted", "the pod was deleted", at=pod.deleted_at)
-    return None
-
-
-def classify_pod_failure(
-    previous: str | None, pod: PodView | None, departed: dict[str, PodView] | None = None
-) -> Failure | None:
-    """What happened to a tracked pod since the last reconcile, or None if nothing did.
-
-    `previous` is the tracked "uid/restartCount" of the pod under this name; `pod` is what is there
-    now (None: nothing); `departed` holds the last state seen of pods that ended, by uid.
-    """
-    if previous is None:
-        return None
-    uid, restarts, sidecar_restarts = _tracked(previous)
-    if pod is None or pod.uid != uid:
-        last = (departed or {}).get(uid)
-        ended = _classify_ended(last) if last is not None and last.role is not None else None
-        if ended is not None:
-            return ended
-        if pod is None or pod.role is None:
-            return None
-        # Replaced since we last looked, and the watch did not show how the old pod ended.
-        return Failure(pod.role, pod.name, pod.index, "Replaced", "the pod was replaced by a new one")
-    if pod.role is None:
-        return None
-    ended = _classify_ended(pod)
-    if ended is not None:
-        return ended
-    if pod.restarts > restarts:
-        return _termination_failure(pod, pod.last_terminated, "Restarted")
-    if sidecar_restarts is not None and sum(pod.sidecar_restarts.values()) > sidecar_restarts:
-        return _sidecar_failure(pod)
-    return None
-
-
-def unexplained(tracking: dict[str, str], pods: list[PodView], departed: dict[str, PodView]) -> set[str]:
-    """Tracked pods that are gone without the watch having shown how they ended (yet)."""
-    live = {p.uid for p in pods}
-    uids = {_tracked(entry)[0] for entry in tracking.values()}
-    return {uid for uid in uids if uid not in live and uid not in departed}
-
-
-def detect_failures(
-    tracking: dict[str, str], pods: list[PodView], departed: dict[str, PodView] | None = None
-) -> list[Failure]:
-    """Failures of tracked parameter server and worker pods, including pods that vanished."""
-    by_name = {p.name: p for p in pods}
-    failures: list[Failure] = []
-    for name, previous in sorted(tracking.items()):
-        pod = by_name.get(name)
-        failure = classify_pod_failure(previous, pod, departed)
-        if failure is None and pod is None:
-            # StatefulSet pods are named <job>-<role>-<ordinal>.
-            _, role_text, index_text = ["", "", "", *name.rsplit("-", 2)][-3:]
-            role = Role(role_text) if role_text in TRACKED_ROLES else Role.WORKER
-            index = int(index_text) if index_text.isdigit() else None
-            failure = Failure(role, name, index, "Deleted", "the pod disappeared")
-        if failure is not None:
-            failures.append(failure)
-    return failures
-
-
-def _chief_failure(pod: PodView | None, job_reason: str | None, job_message: str) -> Failure:
-    if pod is None:
-        return Failure(Role.CHIEF, "", 0, job_reason or "Failed", job_message)
-    if pod.node_lost is not None:
-        return Failure(Role.CHIEF, pod.name, 0, "NodeLost", pod.node_lost, disruption=True)
-    if pod.disruption is not None:
-        reason = _DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
-        return Failure(Role.CHIEF, pod.name, 0, reason, pod.disruption, disruption=True, at=pod.disrupted_at)
-    return _termination_failure(pod, pod.terminated, job_reason or "Failed")
-
-
-@dataclass(frozen=True)
-class StartError:
-    """A pod seen unable to start, as tracked: the episode (uid, restarts), since when, and whether told."""
-
-    uid: str
-    restarts: int
-    since: str
-    told: bool = False
-
-    @classmethod
-    def parse(cls, entry: str | None) -> StartError | None:
-        parts = (entry or "").split("/")
-        if len(parts) < 3 or not parts[1].isdigit():
-            return None
-        return cls(parts[0], int(parts[1]), parts[2], parts[3:] == ["told"])
-
-    def entry(self) -> str:
-        return "/".join([self.uid, str(self.restarts), self.since, *(["told"] if self.told else [])])
-
-    def overdue(self, now: datetime, grace_seconds: int) -> bool:
-        since = parse_time(self.since)
-        return since is None or (now - since).total_seconds() >= grace_seconds
-
-
-def start_error_of(tracking: Tracking, pod: PodView, now: datetime) -> StartError | None:
-    """The pod's current inability to start, continuing the tracked episode if it is the same one.
-
-    The API gives a waiting state no time and the pod's age says nothing after a restart in place,
-    so the grace period runs from when the operator first saw this episode (same pod, same restarts).
-    """
-    if pod.waiting_reason not in START_ERRORS:
-        return None
-    seen = StartError.parse((tracking.start_errors or {}).get(pod.name))
-    if seen is not None and (seen.uid, seen.restarts) == (pod.uid, pod.restarts):
-        return seen
-    return StartError(pod.uid, pod.restarts, format_time(now))
-
-
-def _tracked_pods(observed: Observed) -> list[PodView]:
-    return [p for role in TRACKED_ROLES for p in observed.role_pods(role)]
-
-
-def next_start_errors(
-    tracking: Tracking, observed: Observed, attempt: int, now: datetime, grace_seconds: int
-) -> dict[str, str]:
-    """The start errors to track after this reconcile; those past the grace period are told."""
-    result: dict[str, str] = {}
-    for pod in observed.current_pods(attempt):
-        error = start_error_of(tracking, pod, now)
-        if error is not None:
-            told = error.told or error.overdue(now, grace_seconds)
-            result[pod.name] = replace(error, told=told).entry()
-    return result
-
-
 def _overdue_start_errors(
     spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
 ) -> tuple[list[Failure], list[Failure]]:
@@ -306,7 +81,7 @@ def _overdue_start_errors(
     tolerated: list[Failure] = []
     for pod in observed.current_pods(status.restarts):
         error = start_error_of(status.tracking, pod, now)
-        if error is None or pod.role is None or not error.overdue(now, grace):
+        if error is None or pod.role is None or not overdue(error, now, grace):
             continue
         failure = Failure(pod.role, pod.name, pod.index, pod.waiting_reason or "", pod.waiting_message[:512])
         if pod.role not in TOLERATED_ROLES:
@@ -383,18 +158,18 @@ def situation(
 ) -> Situation:
     # PS pods restarted with the chief (ps_recycle.py) went away on purpose: not failures.
     recycled = set((status.tracking.recycling or {}).values())
-    tracking = {n: e for n, e in status.tracking.pods.items() if _tracked(e)[0] not in recycled}
-    failures = detect_failures(tracking, _tracked_pods(observed), observed.departed)
+    tracking = {n: e for n, e in status.tracking.pods.items() if e.uid not in recycled}
+    failures = detect_failures(tracking, tracked_pods(observed), observed.departed)
     job = observed.current_chief_job(status.restarts)
     live = job is not None and not job.deleting
     chief = None
     stranded = observed.chief_pod(status.restarts)
     if live and stranded is not None and stranded.node_lost is not None:
         # Its Job would wait for a terminal phase that a lost node never reports.
-        chief = _chief_failure(stranded, None, "")
+        chief = chief_failure(stranded, None, "")
     elif live and job is not None and job.failed:
         last = observed.last_chief_pod(status.restarts)
-        chief = _chief_failure(last, job.failure_reason, job.failure_message)
+        chief = chief_failure(last, job.failure_reason, job.failure_message)
     ps = [_with_oom_advice(spec, f) for f in failures if f.role is Role.PS and not f.sidecar]
     stuck, tolerated_stuck = _overdue_start_errors(spec, status, observed, now)
     return Situation(
@@ -513,25 +288,3 @@ def _record_reason(recorded: list[Failure]) -> str:
     if any(f.role is Role.EVALUATOR and not f.sidecar for f in recorded):
         return "EvaluatorFailed"
     return "SidecarRestarted"
-
-
-def ps_tracking_changed(old: Tracking, new: Tracking, observed: Observed) -> bool:
-    """A parameter server appeared, was replaced or restarted since the tracking was last stored."""
-    return any(old.pods.get(p.name) != new.pods.get(p.name) for p in observed.role_pods(Role.PS))
-
-
-def next_tracking(
-    status: PSTrainingJobStatus, observed: Observed, ps_replicas: int, restarted: bool
-) -> Tracking:
-    """The tracking to store after this reconcile of a running job.
-
-    After a restart the new chief has not met the parameter servers yet, so they are not established.
-    """
-    live = [p for p in _tracked_pods(observed) if not (p.deleting or p.failed or p.node_lost)]
-    pods = {p.name: track_entry(p) for p in live}
-    if restarted:
-        return Tracking(psEstablished=False, pods=pods)
-    current = observed.current_chief_job(status.restarts) is not None
-    all_ps_run = len(observed.running(Role.PS)) == ps_replicas
-    established = status.tracking.ps_established or (all_ps_run and current)
-    return Tracking(psEstablished=established, pods=pods)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec
+from psoperator.api.models import PSTrainingJobSpec
 from psoperator.contract import Role
-from psoperator.observe import Observed, PodView
-from psoperator.policies.recovery import Failure
+from psoperator.observe.failures import Failure
+from psoperator.observe.views import Observed, PodView
 from psoperator.timeutil import parse_time
 
 # Training cannot start without these; a worker or the evaluator waiting for room is only told.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec
-from psoperator.observe import Observed
+from psoperator.api.models import PSTrainingJobSpec
+from psoperator.api.vocabulary import Phase
+from psoperator.observe.views import Observed
 from psoperator.timeutil import parse_time
-from psoperator.vocabulary import Phase
 
 
 def chief_succeeded(observed: Observed, attempt: int) -> bool:

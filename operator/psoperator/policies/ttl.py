@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.vocabulary import FINISHED_PHASES
 from psoperator.timeutil import parse_time
-from psoperator.vocabulary import FINISHED_PHASES
 
 
 def seconds_left(spec: PSTrainingJobSpec, status: PSTrainingJobStatus, now: datetime) -> float | None:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from psoperator import GROUP, KIND, VERSION
-from psoperator.api import PSTrainingJobSpec
+from psoperator.api.labels import ANNOTATION_HASH
+from psoperator.api.models import PSTrainingJobSpec
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
-from psoperator.render.names import ANNOTATION_HASH
 from psoperator.render.networkpolicy import render_peer_policy, render_progress_policy
 from psoperator.render.pod import Manifest, render_pod_template
 from psoperator.render.services import render_service

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from psoperator import GROUP
+from psoperator.api.labels import LABEL_JOB, LABEL_ROLE
 from psoperator.contract import INDEX_FIELD, ROLE_FIELD, Role, task_address_of
 
 APP_NAME = "pstrainingjob"
 MANAGER = "ps-training-operator"
-
-LABEL_JOB = f"{GROUP}/job-name"
-LABEL_ROLE = f"{GROUP}/role"
-LABEL_ATTEMPT = f"{GROUP}/attempt"
-ANNOTATION_HASH = f"{GROUP}/spec-hash"
-# On a pod template: the name of the container that runs the training code, as opposed to sidecars.
-# Set by the user to choose it, else by the renderer to the template's first container.
-ANNOTATION_TRAINER_CONTAINER = f"{GROUP}/trainer-container"
-# The StatefulSet controller labels each pod with its ordinal (Kubernetes >= 1.28).
-LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 
 CHECKPOINT_VOLUME = "psoperator-checkpoint"
 # A cluster too large for the environment: a ConfigMap mounted here in every container.

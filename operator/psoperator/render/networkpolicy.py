@@ -9,8 +9,9 @@ cluster reaches only the chief's of its node), and hostNetwork pods are not isol
 
 from __future__ import annotations
 
+from psoperator.api.labels import LABEL_JOB
 from psoperator.contract import Role
-from psoperator.render.names import LABEL_JOB, child_name, job_labels, selector_labels
+from psoperator.render.names import child_name, job_labels, selector_labels
 from psoperator.render.pod import Manifest
 
 # The label every namespace carries with its own name (Kubernetes >= 1.22).

@@ -11,13 +11,11 @@ import copy
 from typing import Any
 
 from psoperator import contract
-from psoperator.api import PSTrainingJobSpec
+from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_POD_INDEX
+from psoperator.api.models import PSTrainingJobSpec
 from psoperator.contract import Role
 from psoperator.render.names import (
-    ANNOTATION_TRAINER_CONTAINER,
     CHECKPOINT_VOLUME,
-    LABEL_ATTEMPT,
-    LABEL_POD_INDEX,
     TF_CONFIG_DIR,
     TF_CONFIG_FILE,
     TF_CONFIG_VOLUME,

@@ -23,9 +23,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the harness is the directory above
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from psoperator.api import ModelHints
+from psoperator.api.models import ModelHints
 from psoperator.contract import ProgressReport
-from psoperator.sizing import SizingPlan, plan_ps
+from psoperator.sizing.planner import SizingPlan, plan_ps
 from tfcluster.jobs import ctr_job
 from tfcluster.launcher import LocalCluster, wait_for
 from tfcluster.netns import PrivateNetwork, remove_stale

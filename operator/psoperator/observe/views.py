@@ -10,13 +10,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
 from psoperator.contract import Role
-from psoperator.render.names import (
-    ANNOTATION_TRAINER_CONTAINER,
-    LABEL_ATTEMPT,
-    LABEL_ROLE,
-    child_name,
-)
+from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time
 
 Obj = dict[str, Any]
@@ -392,8 +388,13 @@ def slim_child(obj: Obj) -> Obj:
     """What the operator reads of a child (Service, StatefulSet, Job, ConfigMap, NetworkPolicy): its
     kind, metadata (without managedFields), status and, of a Job, whether it is suspended. The spec
     (pod templates with TF_CONFIG) and a ConfigMap's data are left out: a child is compared with the
-    rendered one by its hash annotation (kube.plan_children)."""
+    rendered one by its hash annotation (plan/children.py)."""
     kept: Obj = {"kind": obj.get("kind"), "metadata": _metadata(obj), "status": _dict(obj.get("status"))}
     if obj.get("kind") == "Job":
         kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}
     return kept
+
+
+def owned_by(obj: Obj, uid: str) -> bool:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)

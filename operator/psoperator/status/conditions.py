@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from psoperator.api import Condition
-from psoperator.vocabulary import ConditionType
+from psoperator.api.models import Condition
+from psoperator.api.vocabulary import ConditionType
 
 # The order conditions are listed in, so status is stable across reconciles.
 ORDER: tuple[str, ...] = tuple(ConditionType)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from psoperator.api import PSTrainingJobSpec, ReplicaStatus
+from psoperator.api.models import PSTrainingJobSpec, ReplicaStatus
+from psoperator.api.vocabulary import Phase
 from psoperator.contract import Role
-from psoperator.observe import Observed
-from psoperator.vocabulary import Phase
+from psoperator.observe.views import Observed
 
 
 def replica_statuses(
@@ -31,6 +31,11 @@ def replica_statuses(
             restarts=before.restarts + new_failures.get(role, 0),
         )
     return result
+
+
+def ready_of(replicas: ReplicaStatus) -> str:
+    """Ready/desired, as `kubectl get` shows it (psReady, workersReady)."""
+    return f"{replicas.ready}/{replicas.desired}"
 
 
 def all_running(spec: PSTrainingJobSpec, observed: Observed, attempt: int) -> bool:

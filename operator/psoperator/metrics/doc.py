@@ -1,4 +1,4 @@
-"""docs/metrics.md, generated from the metrics as the operator registers them (metrics.py).
+"""docs/metrics.md, generated from the metrics as the operator registers them (registry.py).
 
 `psoperator metrics` prints it; `--write` writes it into the checkout this module is in. A unit test
 fails when the committed file and the registry drift apart.
@@ -9,13 +9,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from psoperator.metrics import Metrics
+from psoperator.metrics.registry import Metrics
 
 DOC_FILE = Path("docs/metrics.md")
 INTRO = """\
 # Metrics
 
-<!-- Generated from operator/psoperator/metrics.py by `psoperator metrics --write`; do not edit. -->
+<!-- Generated from operator/psoperator/metrics/registry.py by `psoperator metrics --write`; do not edit. -->
 
 `psoperator run --metrics-port N` serves these at `:N/metrics` (the chart: port 9090, its Service
 `<release>-metrics`, and a ServiceMonitor with `metrics.serviceMonitor.enabled`). A job is the
@@ -38,7 +38,7 @@ def render() -> str:
     return INTRO + "".join(rows)
 
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout this module is in
+ROOT = Path(__file__).resolve().parents[3]  # the checkout this module is in
 
 
 def main(*, write: bool) -> int:

@@ -1,6 +1,6 @@
-"""The decision of one reconcile as its stages build it: one small mutable draft, then a frozen plan.
+"""The decision of one reconcile as its stages build it: one small mutable draft, then the plan.
 
-The stages in reconcile.py read what the job's status was (`old`) and what was observed, and write
+The stages in stages.py read what the job's status was (`old`) and what was observed, and write
 what it will be (`status`), the events to emit and the children to want. Events of a condition are
 queued by `condition` only when the condition flips, and by `enter` only when the phase changes,
 so no stage checks "was it already so?".
@@ -8,16 +8,16 @@ so no stage checks "was it already so?".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from psoperator.api import PSTrainingJobStatus
-from psoperator.conditions import is_true, set_condition
-from psoperator.observe import Observed
+from psoperator.api.models import PSTrainingJobStatus
+from psoperator.api.vocabulary import ConditionType, Phase
+from psoperator.observe.views import Observed
 from psoperator.render import RenderOptions
+from psoperator.status.conditions import is_true, set_condition
 from psoperator.timeutil import format_time, parse_time
-from psoperator.vocabulary import ConditionType, Phase
 
 Obj = dict[str, Any]
 
@@ -38,10 +38,11 @@ class PodDeletion:
     grace_seconds: int
 
 
-@dataclass(frozen=True)
-class ReconcilePlan:
-    status: Obj
-    render: RenderOptions | None  # None: no children wanted (invalid spec)
+@dataclass(kw_only=True)
+class Actions:
+    """What a reconcile does besides writing the status; the stages set it on the draft."""
+
+    render: RenderOptions | None = None  # None: no children wanted (invalid spec)
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
@@ -65,7 +66,14 @@ class ReconcilePlan:
 
 
 @dataclass
-class Draft:
+class ReconcilePlan(Actions):
+    """The decision of one reconcile: the status to write (as JSON) and the actions."""
+
+    status: Obj
+
+
+@dataclass
+class Draft(Actions):
     old: PSTrainingJobStatus  # as the reconcile found it
     status: PSTrainingJobStatus  # as it will be written
     observed: Observed
@@ -73,18 +81,6 @@ class Draft:
     created: datetime | None = None  # the job's creationTimestamp
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None
-    events: list[Event] = field(default_factory=list)
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    startup_seconds: float | None = None
-    recovery_seconds: float | None = None
-    render: RenderOptions | None = None
-    requeue_after: float | None = None
-    delete_job: bool = False
-    restarted: bool = False
-    create_missing: bool = True
-    hold_chief: bool = False
-    delete_pods: list[PodDeletion] = field(default_factory=list)
-    write_now: bool = False
 
     @classmethod
     def start(
@@ -167,18 +163,7 @@ class Draft:
         self.condition(ConditionType(phase), True, reason, message, event=event)
 
     def plan(self) -> ReconcilePlan:
+        actions = {f.name: getattr(self, f.name) for f in fields(Actions)}
         return ReconcilePlan(
-            self.status.model_dump(by_alias=True, exclude_none=True, mode="json"),
-            self.render,
-            self.events,
-            delete_job=self.delete_job,
-            requeue_after=self.requeue_after,
-            restarted=self.restarted,
-            failures=self.failures,
-            startup_seconds=self.startup_seconds,
-            recovery_seconds=self.recovery_seconds,
-            create_missing=self.create_missing,
-            hold_chief=self.hold_chief,
-            delete_pods=self.delete_pods,
-            write_now=self.write_now,
+            status=self.status.model_dump(by_alias=True, exclude_none=True, mode="json"), **actions
         )

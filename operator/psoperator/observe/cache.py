@@ -4,7 +4,7 @@ kopf already streams every job and, through server-side label selectors (handler
 the children and pods that carry a job's label; the event handlers keep the latest version of each
 here, so a reconcile lists nothing. A reconcile that is about to act (create, patch or delete a
 child, delete a pod, restart the chief, emit an event) reads the job and its children fresh from the
-API and decides again (handlers.reconcile_once): the watch may lag the API server by a few events,
+API and decides again (control/protocol.py): the watch may lag the API server by a few events,
 and the restart counter must be read where it was last written, or a restart could be made twice.
 A fresh read also adds what the watch has not delivered yet and drops what vanished unseen (a watch
 that restarted after its history was compacted sends no DELETED for objects gone meanwhile).
@@ -17,8 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from psoperator.observe import PodView, resource_version, slim_child, slim_job
-from psoperator.render.names import LABEL_JOB
+from psoperator.api.labels import LABEL_JOB
+from psoperator.observe.views import PodView, resource_version, slim_child, slim_job
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, job name)

@@ -1,9 +1,9 @@
 """One reconcile, decided purely: the job and what was observed in, the status and actions out.
 
-The kopf layer fetches, calls `plan_reconcile`, writes the status once, then applies the children
-and emits the events. Writing the status before acting makes every recovery exactly-once: the
-restart counter in the status names the chief attempt that must exist, so an operator that dies
-half-way through a restart finishes it after a restart instead of doing it twice.
+The reconcile protocol (control/) reads, calls `plan_reconcile`, writes the status once, then
+applies the children and emits the events. Writing the status before acting makes every recovery
+exactly-once: the restart counter in the status names the chief attempt that must exist, so an
+operator that dies half-way through a restart finishes it after a restart instead of doing it twice.
 
 The decision is a sequence of named stages on one draft (see draft.py), in the spirit of jobset's
 reconcile: each reads the job's spec and the draft, writes the draft, and says whether the
@@ -15,23 +15,31 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from psoperator.api import CheckpointStatus, FailureRecord, PSTrainingJobSpec, PSTrainingJobStatus, Tracking
-from psoperator.conditions import is_true
+from psoperator.api.models import (
+    FailureRecord,
+    PSTrainingJobSpec,
+    Tracking,
+)
+from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
 from psoperator.contract import ProgressReport, Role
-from psoperator.draft import Draft, Event, PodDeletion, ReconcilePlan
-from psoperator.observe import START_ERRORS, Observed
+from psoperator.observe.failures import Failure
+from psoperator.observe.views import START_ERRORS, Observed
+from psoperator.plan.draft import Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.policies import deadline, node_lost, ps_recycle, recovery, scheduling, stall, success, ttl
-from psoperator.policies.recovery import TOLERATED_ROLES, Failure, RecoveryAction, RecoveryDecision
+from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
-from psoperator.sizing import SizingLevel, check_ps_memory
-from psoperator.status import all_running, replica_statuses, running_phase
-from psoperator.timeutil import format_time, parse_time
-from psoperator.vocabulary import FINISHED_PHASES, ConditionType, Phase
+from psoperator.sizing.admission import SizingLevel, check_ps_memory
+from psoperator.status import tracking
+from psoperator.status.conditions import is_true
+from psoperator.status.last_failure import failure_record
+from psoperator.status.progress import merge_progress
+from psoperator.status.replicas import all_running, ready_of, replica_statuses, running_phase
+from psoperator.timeutil import parse_time
 
 __all__ = ["STAGES", "Event", "ReconcilePlan", "plan_reconcile"]
 
@@ -74,9 +82,14 @@ def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
 
 
 def admit_sizing(spec: PSTrainingJobSpec, d: Draft) -> bool:
-    """Admission-time sizing, once: before anything starts, so undersized PS do not OOM days later."""
+    """Admission-time sizing, before anything starts, so undersized PS do not OOM days later. The
+    check runs while it can still change something: until the job has its SizingWarning condition
+    (set once, from spec.model) and has left Pending (only a Pending job is refused)."""
+    told = any(c.type == ConditionType.SIZING_WARNING for c in d.old.conditions)
+    if spec.model is None or (told and d.old.phase != Phase.PENDING):
+        return GO_ON
     verdict = check_ps_memory(spec)
-    if spec.model is not None and not any(c.type == ConditionType.SIZING_WARNING for c in d.old.conditions):
+    if not told:
         warn = verdict.level is not SizingLevel.OK
         event = Event("Warning", "SizingWarning", verdict.message)
         d.condition(ConditionType.SIZING_WARNING, warn, verdict.reason, verdict.message, event=event)
@@ -154,7 +167,7 @@ def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if late is None:
         return GO_ON
     cause = scheduling.as_failure(late)
-    d.status.last_failure = _record(replace(cause, reason="Unschedulable"), d.stamp)
+    d.status.last_failure = failure_record(replace(cause, reason="Unschedulable"), d.stamp)
     timeout = spec.failure_policy.scheduling_timeout_seconds
     why = f"{cause.describe()}; not scheduled within failurePolicy.schedulingTimeoutSeconds ({timeout}s)"
     return _end(spec, d, Phase.FAILED, "Unschedulable", why, stop=True)
@@ -187,23 +200,22 @@ def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
     d.failures.extend((f.role.value, f.reason) for f in seen)
     d.events.extend(_recorded_event(failure) for failure in decision.recorded)
     if decision.failure is not None:
-        d.status.last_failure = _record(decision.failure, d.stamp)
+        d.status.last_failure = failure_record(decision.failure, d.stamp)
 
 
 def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """What to watch next time, and the per-role counts `kubectl get` shows."""
-    d.status.tracking = recovery.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
-    d.write_now = recovery.ps_tracking_changed(d.old.tracking, d.status.tracking, d.observed)
+    d.status.tracking = tracking.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
+    d.write_now = tracking.ps_tracking_changed(d.old.tracking, d.status.tracking, d.observed)
     grace = spec.failure_policy.startup_error_grace_seconds
-    stuck = recovery.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
+    stuck = tracking.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
     d.status.tracking.start_errors = stuck or None  # none: the field goes away
     new_failures = Counter(Role(role) for role, _ in d.failures)
     d.status.replica_statuses = replica_statuses(
         spec, d.observed, d.old.replica_statuses, new_failures, d.status.restarts
     )
-    ps, workers = d.status.replica_statuses["ps"], d.status.replica_statuses["worker"]
-    d.status.ps_ready = f"{ps.ready}/{ps.desired}"
-    d.status.workers_ready = f"{workers.ready}/{workers.desired}"
+    counts = d.status.replica_statuses
+    d.status.ps_ready, d.status.workers_ready = ready_of(counts["ps"]), ready_of(counts["worker"])
     return GO_ON
 
 
@@ -355,7 +367,7 @@ def plan_reconcile(
     except ValidationError as error:
         refuse_invalid_spec(d, error)
         return d.plan()
-    _merge_progress(d.status, report, d.stamp)
+    merge_progress(d.status, report, d.stamp)
     for stage in STAGES:
         if stage(spec, d) is DECIDED:
             break
@@ -370,38 +382,6 @@ def refuse_invalid_spec(d: Draft, error: ValidationError) -> None:
     message = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())[:1024]
     if d.old.phase != Phase.FAILED:
         d.end(Phase.FAILED, "InvalidSpec", message)
-
-
-def _merge_progress(status: PSTrainingJobStatus, report: ProgressReport | None, now: str) -> None:
-    if report is None:
-        return
-    if status.step is None or report.step != status.step:
-        status.step_time = now
-    status.step = report.step
-    if report.resumed_from_step is not None:
-        status.resumed_from_step = report.resumed_from_step
-    if report.checkpoint_step is not None and (
-        status.checkpoint is None or report.checkpoint_step >= status.checkpoint.step
-    ):
-        when = datetime.fromtimestamp(report.checkpoint_time, UTC) if report.checkpoint_time else None
-        status.checkpoint = CheckpointStatus(
-            step=report.checkpoint_step, path=report.checkpoint_path, time=format_time(when) if when else None
-        )
-
-
-def _record(failure: Failure, now: str) -> FailureRecord:
-    replicated = failure.role in (Role.PS, Role.WORKER) and failure.index is not None
-    task = f"{failure.role.value}-{failure.index}" if replicated else failure.role.value
-    return FailureRecord(
-        role=failure.role.value,
-        index=failure.index,
-        pod=failure.pod or None,
-        exitCode=failure.exit_code,
-        reason=failure.reason,
-        message=failure.message,
-        time=failure.at or now,
-        summary=f"{task} {failure.reason}",
-    )
 
 
 def _recorded_event(failure: Failure) -> Event:

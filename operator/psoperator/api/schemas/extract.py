@@ -16,8 +16,8 @@ would change objects behind the user's back:
 - ObjectMeta is cut down to labels and annotations, the only metadata a pod template uses;
 - descriptions go unless asked for: four pod templates with them would not fit in etcd's limit.
 
-Run `python -m psoperator.schemas.extract` to regenerate the committed JSON files next to this
-module, then `python -m psoperator.crd --write`.
+Run `python -m psoperator.api.schemas.extract` to regenerate the committed JSON files next to this
+module, then `python -m psoperator.api.crd --write`.
 """
 
 from __future__ import annotations

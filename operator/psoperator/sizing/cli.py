@@ -1,6 +1,6 @@
 """`psoperator plan`: size the parameter servers for a model before submitting a job.
 
-cli.py registers the command with `sizing_cli.add_plan_command(sub)`; the parsed arguments carry
+psoperator/cli.py registers the command with `sizing.cli.add_plan_command(sub)`; the parsed arguments carry
 their handler in `args.func`, which returns the exit code. `main` runs the command on its own.
 """
 
@@ -17,18 +17,11 @@ from typing import IO, Any
 import yaml
 from pydantic import ValidationError
 
-from psoperator.api import MAX_REPLICAS, EmbeddingTable, ModelHints
-from psoperator.sizing import (
-    DTYPE_BYTES,
-    SLOTS_PER_PARAMETER,
-    DoesNotFit,
-    SizingError,
-    SizingPlan,
-    format_quantity,
-    human_bytes,
-    parse_bytes,
-    plan_ps,
-)
+from psoperator.api.models import MAX_REPLICAS, EmbeddingTable, ModelHints
+from psoperator.sizing.errors import DoesNotFit, SizingError
+from psoperator.sizing.placement import DTYPE_BYTES, SLOTS_PER_PARAMETER
+from psoperator.sizing.planner import SizingPlan, plan_ps
+from psoperator.sizing.quantity import format_quantity, human_bytes, parse_bytes
 
 # The container whose resources the `ps:` block sets: the trainer, as in examples/ctr-job.yaml.
 PS_CONTAINER_NAME = "trainer"

@@ -8,13 +8,14 @@ schema, and the renderers pass them through.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
+from psoperator.api.vocabulary import Phase
 from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
-from psoperator.vocabulary import Phase
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
@@ -363,6 +364,56 @@ class CheckpointStatus(_Status):
     time: str | None = Field(None, description="When it was written (RFC 3339).")
 
 
+class TrackedPod(_Status):
+    """A long-running pod as the operator last saw it."""
+
+    uid: str = Field(..., description="The pod's uid: another uid under the same name is a new pod.")
+    restarts: int = Field(0, description="Restarts of its training container.")
+    sidecar_restarts: int | None = Field(
+        None, alias="sidecarRestarts", description="Restarts of its other containers, added up."
+    )
+
+    @classmethod
+    def from_entry(cls, entry: str) -> TrackedPod:
+        """The form earlier versions stored: "uid/restarts/sidecar restarts" (the last part not in
+        the oldest ones)."""
+        uid, restarts, sidecars = [*entry.split("/"), "", ""][:3]
+        return cls(
+            uid=uid,
+            restarts=int(restarts) if restarts.isdigit() else 0,
+            sidecarRestarts=int(sidecars) if sidecars.isdigit() else None,
+        )
+
+
+class StartError(_Status):
+    """A pod seen unable to start: the episode (its uid and restarts), since when, and whether told."""
+
+    uid: str = Field(..., description="The pod's uid.")
+    restarts: int = Field(..., description="Restarts of its training container when the episode began.")
+    since: str = Field(..., description="When the operator first saw it unable to start (RFC 3339).")
+    told: bool = Field(False, description="The failure has been recorded (an event and lastFailure).")
+
+    @classmethod
+    def from_entry(cls, entry: str) -> StartError | None:
+        """The form earlier versions stored: "uid/restarts/since", then "/told"; None if unreadable."""
+        parts = entry.split("/")
+        if len(parts) < 3 or not parts[1].isdigit():
+            return None
+        return cls(uid=parts[0], restarts=int(parts[1]), since=parts[2], told=parts[3:] == ["told"])
+
+
+Record = TypeVar("Record", TrackedPod, StartError)
+
+
+def _upgraded(value: Any, from_entry: Callable[[str], Record | None]) -> Any:
+    """Entries an earlier version wrote as strings, read as records: a job that runs through an upgrade
+    keeps its tracking, and the next status write stores the records."""
+    if not isinstance(value, dict):
+        return value
+    read = {name: from_entry(entry) if isinstance(entry, str) else entry for name, entry in value.items()}
+    return {name: entry for name, entry in read.items() if entry is not None}
+
+
 class Tracking(_Status):
     """What the operator last saw of the long-running pods: how it tells a lost pod from a new one."""
 
@@ -371,20 +422,16 @@ class Tracking(_Status):
         alias="psEstablished",
         description="Every parameter server has run together during the current chief attempt.",
     )
-    pods: dict[str, str] = Field(
-        default_factory=dict,
-        description=(
-            "Parameter server, worker and evaluator pods, name to uid/trainer restarts/sidecar restarts."
-        ),
+    pods: dict[str, TrackedPod] = Field(
+        default_factory=dict, description="Parameter server, worker and evaluator pods, by name."
     )
-    start_errors: dict[str, str] | None = Field(
+    start_errors: dict[str, StartError] | None = Field(
         None,
         alias="startErrors",
         description=(
-            "Pods whose container cannot start (image pull or container config errors), name to "
-            "uid/trainer restarts/first seen (RFC 3339), then /told once recorded. The API gives a "
-            "waiting state no time, so startupErrorGraceSeconds runs from when the operator first "
-            "saw it."
+            "Pods whose container cannot start (image pull or container config errors), by name. The "
+            "API gives a waiting state no time, so startupErrorGraceSeconds runs from when the "
+            "operator first saw it."
         ),
     )
     recycling: dict[str, str] | None = Field(
@@ -394,6 +441,16 @@ class Tracking(_Status):
             "they are gone: the new chief waits for them, so no PS keeps the old chief's variables."
         ),
     )
+
+    @field_validator("pods", mode="before")
+    @classmethod
+    def _pods_upgraded(cls, value: Any) -> Any:
+        return _upgraded(value, TrackedPod.from_entry)
+
+    @field_validator("start_errors", mode="before")
+    @classmethod
+    def _start_errors_upgraded(cls, value: Any) -> Any:
+        return _upgraded(value, StartError.from_entry)
 
 
 class PSTrainingJobStatus(_Status):

@@ -20,8 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
-from psoperator.readings import JobReading
-from psoperator.vocabulary import Phase
+from psoperator.api.vocabulary import Phase
+from psoperator.metrics.readings import JobReading
 
 PHASES: tuple[str, ...] = tuple(Phase)
 OUTCOMES = ("ok", "error")

@@ -1,4 +1,4 @@
-"""The PSTrainingJob CustomResourceDefinition, generated from the typed models in api.py.
+"""The PSTrainingJob CustomResourceDefinition, generated from the typed models in models.py.
 
 `render_crd()` turns the pydantic JSON schemas of PSTrainingJobSpec and PSTrainingJobStatus into a
 structural apiextensions.k8s.io/v1 schema: $defs inlined, optional fields simply not required,
@@ -14,7 +14,7 @@ ttlSecondsAfterFinished, cleanPodPolicy) and the rest of failurePolicy (maxResta
 permanentExitCodes, workerPermanentExit, stallTimeoutSeconds, schedulingTimeoutSeconds,
 startupErrorGraceSeconds), which only the operator reads.
 
-`python -m psoperator.crd` prints the CRD; `--write` writes it into crds/ and the Helm chart.
+`python -m psoperator.api.crd` prints the CRD; `--write` writes it into crds/ and the Helm chart.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from psoperator import GROUP, KIND, PLURAL, VERSION
-from psoperator.api import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.schemas.extract import VALUE_CHECKS
 from psoperator.contract import DEFAULT_PROGRESS_PORT
-from psoperator.schemas.extract import VALUE_CHECKS
 
 SINGULAR = "pstrainingjob"
 SHORT_NAMES = ["psjob", "psjobs"]
@@ -55,7 +55,10 @@ CRD_FILES = (
     Path("crds/psoperator.io_pstrainingjobs.yaml"),
     Path("charts/ps-training-operator/crds/psoperator.io_pstrainingjobs.yaml"),
 )
-HEADER = "# Generated from operator/psoperator/api.py by `python -m psoperator.crd --write`; do not edit.\n"
+HEADER = (
+    "# Generated from operator/psoperator/api/models.py by `python -m psoperator.api.crd --write`;"
+    " do not edit.\n"
+)
 
 UPSTREAM_MARKER = "x-psoperator-upstream"
 
@@ -341,7 +344,7 @@ class _CallDefaultFactories(GenerateJsonSchema):
 @cache
 def upstream_schema(name: str) -> dict[str, Any]:
     """The extracted upstream schema for a `x-psoperator-upstream` marker (see schemas/extract.py)."""
-    text = resources.files("psoperator.schemas").joinpath(f"{name}.json").read_text()
+    text = resources.files("psoperator.api.schemas").joinpath(f"{name}.json").read_text()
     document: dict[str, Any] = json.loads(text)
     return document["schema"]  # type: ignore[no-any-return]
 
@@ -403,7 +406,7 @@ def _at(schema: dict[str, Any], path: Sequence[str]) -> dict[str, Any]:
         try:
             node = node["items"] if step == "items" else node["properties"][step]
         except KeyError:
-            raise CRDSchemaError(f"no field {'.'.join(path)} in the schema (api.py changed?)") from None
+            raise CRDSchemaError(f"no field {'.'.join(path)} in the schema (models.py changed?)") from None
     return node
 
 
@@ -470,14 +473,14 @@ def render_crd_yaml() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m psoperator.crd", description="Print the CRD.")
+    parser = argparse.ArgumentParser(prog="python -m psoperator.api.crd", description="Print the CRD.")
     parser.add_argument(
         "--write", action="store_true", help="write it to " + " and ".join(str(p) for p in CRD_FILES)
     )
     parser.add_argument(
         "--root",
         type=Path,
-        default=Path(__file__).resolve().parents[2],
+        default=Path(__file__).resolve().parents[3],
         help="repository root for --write (default: the checkout this module is in)",
     )
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """What the metrics show of one job after a reconcile, computed purely: the job as the reconcile read
 it (its status before), the plan (its status after, what happened) and the clock in, a reading out.
 
-metrics.py puts readings on the registry; the kopf layer only passes them on.
+registry.py puts readings on the registry; the kopf layer only passes them on.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from psoperator.api import PSTrainingJobSpec, PSTrainingJobStatus, ReplicaStatus
-from psoperator.conditions import is_true
-from psoperator.draft import ReconcilePlan
+from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus, ReplicaStatus
+from psoperator.api.vocabulary import ConditionType, Phase
+from psoperator.plan.draft import ReconcilePlan
+from psoperator.status.conditions import is_true
 from psoperator.timeutil import parse_time
-from psoperator.vocabulary import ConditionType, Phase
 
 Obj = dict[str, Any]
 # A step that has not moved for this long reads as a rate of 0, not as the last rate seen.

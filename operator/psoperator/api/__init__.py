@@ -1,0 +1,2 @@
+"""The PSTrainingJob API: its models (models.py), the words of its status (vocabulary.py), the labels
+on its children (labels.py) and the CRD generated from the models (crd.py, schemas/)."""

@@ -1,0 +1,177 @@
+"""One loop per job, and its pace.
+
+A job's loop reconciles it (control/protocol.py) on start (including after an operator restart),
+when the watches wake it (its spec or one of its children changed; not its status: the operator
+writes it), and on a timer for progress, deadlines and TTLs: finished and suspended jobs rarely,
+every timer jittered, all of them stretched when the jobs together would pass `resyncs_per_second`.
+A failed reconcile is retried with back-off. The loop ends when the job is gone, forgetting it, or
+when it is cancelled (the job deleted, the Lease lost, the operator stopping).
+
+The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
+daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
+be deleted while the operator is stopped (its namespace then stays Terminating). Nothing needs one:
+the children go with the job through their owner references, and the loop forgets the job when
+the watch says it is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from typing import Any
+
+from psoperator.api.vocabulary import FINISHED_PHASES, Phase
+from psoperator.control.protocol import reconcile_once
+from psoperator.control.state import OperatorState
+from psoperator.kube import StaleJob, api_failure
+from psoperator.observe.cache import JobKey
+from psoperator.plan.draft import ReconcilePlan
+
+# After a failed reconcile: the first retry soon, then less and less often.
+RETRY_FIRST, RETRY_MAX = 1.0, 30.0
+# Timers are spread by this fraction either way, so jobs started together do not stay aligned.
+JITTER = 0.1
+# A woken loop waits this long for the rest of a burst of events of the job's objects.
+SETTLE_SECONDS = 0.05
+
+
+def wake(state: OperatorState, key: JobKey | None) -> None:
+    """Wake the job's loop. Only from the event loop's thread: asyncio.Event is not thread-safe, so
+    every handler that wakes is async (kopf runs sync handlers in executor threads)."""
+    job = state.jobs.get(key) if key is not None else None
+    if job is not None and job.wakeup is not None:
+        job.wakeup.set()
+
+
+def start_loop(state: OperatorState, key: JobKey, logger: Any) -> bool:
+    """Start the job's loop (in a copy of `state.context`) unless it runs; True when this started it."""
+    job = state.job(key, logger)
+    if job.loop is not None:
+        return False
+    job.wakeup = asyncio.Event()
+    context = state.context.copy() if state.context is not None else None
+    job.loop = asyncio.create_task(run_job(state, *key, logger), name="/".join(key), context=context)
+    return True
+
+
+async def stop_loop(state: OperatorState, key: JobKey) -> None:
+    """Cancel the job's loop and wait for it: its clean-up (wake-up, metrics) runs before this returns."""
+    job = state.jobs.get(key)
+    loop = job.loop if job is not None else None
+    if loop is not None:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+        # A loop cancelled before it ever ran did not clean up after itself.
+        drop_loop(state, key, loop)
+
+
+def drop_loop(state: OperatorState, key: JobKey, loop: asyncio.Task[None] | None) -> None:
+    """The job's loop is over: it is let go (unless a newer one took its place), and its series."""
+    job = state.jobs.get(key)
+    if job is not None and job.loop is loop:
+        job.loop, job.wakeup, job.idle = None, None, False
+    state.metrics.forget(*key)  # a deleted job leaves no series behind
+    state.metrics.jobs_managed.set(len(state.looping()))
+
+
+async def lead(state: OperatorState) -> None:
+    """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
+    state.metrics.leader.set(1)
+    for key in sorted(state.jobs):
+        start_loop(state, key, state.jobs[key].logger)
+
+
+async def follow(state: OperatorState) -> None:
+    """Another replica holds the Lease: no loop of ours may act any more."""
+    state.metrics.leader.set(0)
+    await stop_loops(state)
+
+
+async def stop_loops(state: OperatorState) -> None:
+    for key in [key for key, job in state.jobs.items() if job.loop is not None]:
+        await stop_loop(state, key)
+
+
+def is_idle(plan: ReconcilePlan | None) -> bool:
+    return plan is not None and plan.status.get("phase") in (*FINISHED_PHASES, Phase.SUSPENDED)
+
+
+def pace_stretch(state: OperatorState) -> float:
+    """How much every resync stretches so that all jobs' together stay within resyncs_per_second."""
+    looping = state.looping()
+    idle = sum(1 for job in looping if job.idle)
+    config = state.config
+    wanted = (len(looping) - idle) / config.resync_seconds + idle / config.idle_resync_seconds
+    return max(1.0, wanted / config.resyncs_per_second)
+
+
+def resync_after(state: OperatorState, plan: ReconcilePlan | None) -> float:
+    """When to look at the job again unwoken: soon while it runs, rarely once it has finished or is
+    suspended (both later when there are so many jobs that resyncs_per_second would be passed),
+    sooner when the plan asks (a TTL, a deadline, an old chief stopping); jittered."""
+    base = state.config.idle_resync_seconds if is_idle(plan) else state.config.resync_seconds
+    wait = base * pace_stretch(state) * random.uniform(1 - JITTER, 1 + JITTER)
+    if plan is not None and plan.requeue_after is not None:
+        wait = min(wait, max(plan.requeue_after, 0.5))
+    return wait
+
+
+def retry_after(failures: int) -> float:
+    """Seconds before the next reconcile after `failures` failed ones in a row (exponential back-off)."""
+    return float(min(RETRY_FIRST * 2 ** (failures - 1), RETRY_MAX))
+
+
+def log_failure(logger: Any, error: Exception, failures: int) -> None:
+    """Only the first failure of a series is logged: a failed API request in one line, anything else
+    with its traceback; the rest of the series at debug level, so an API outage is no log storm."""
+    if failures > 1:
+        logger.debug("reconcile failed again (%d in a row): %s", failures, api_failure(error) or error)
+        return
+    summary = api_failure(error)
+    if summary is None:
+        logger.exception("reconcile failed; retrying with back-off")
+    else:
+        logger.warning("reconcile failed: %s; retrying with back-off", summary)
+
+
+async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) -> None:
+    """Reconcile the job until it is gone (then it is forgotten) or its loop is cancelled."""
+    key = (namespace, name)
+    job = state.job(key, logger)
+    wakeup = job.wakeup = job.wakeup or asyncio.Event()
+    state.metrics.jobs_managed.set(len(state.looping()))
+    failures = 0
+    try:
+        while True:
+            wakeup.clear()
+            started = time.monotonic()
+            try:
+                plan = await reconcile_once(state, namespace, name, logger)
+                state.metrics.reconciled("ok", time.monotonic() - started)
+                job.idle = is_idle(plan)
+                wait = resync_after(state, plan)
+            except StaleJob as stale:  # another writer got there first: read it again at once
+                logger.info("%s; reconciling it again", stale)
+                plan, wait = None, 0.0
+                state.cache.read_at.pop(key, None)  # from the API, not from the watch
+            except Exception as error:  # one bad reconcile must not end the job's loop
+                failures += 1
+                log_failure(logger, error, failures)
+                state.metrics.reconciled("error", time.monotonic() - started)
+                plan, wait = None, retry_after(failures)
+                state.cache.read_at.pop(key, None)  # the next one reads fresh
+            else:
+                if failures:
+                    logger.info("reconcile succeeded again after %d failures", failures)
+                failures = 0
+                if plan is None:  # gone or being deleted, even if its watch event is still to come
+                    state.forget(key)
+                    return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), timeout=wait)
+            await asyncio.sleep(SETTLE_SECONDS)
+    finally:
+        drop_loop(state, key, asyncio.current_task())

@@ -1,0 +1,279 @@
+"""One reconcile of one job: what it reads (the watch cache or the API), when it decides again, and
+the order of its writes.
+
+A reconcile decides from what the watches delivered (observe/cache.py). One that is about to act
+(create, patch or delete a child, delete a pod, restart the chief, emit an event) reads the job and
+its children fresh from the API and decides again: the watch may lag the API server by a few
+events, and the restart counter must be read where it was last written, or a restart could be
+made twice. A job never acted on (no status: nothing of ours exists yet) is the exception: its
+status write names the version it was decided on, and the API server refuses it (StaleJob) if
+another writer came first.
+
+    reconcile_once
+         |
+         v
+    cache snapshot ---- none, or its last fresh read is older than fresh_read_seconds,
+         |              and the job has a status ------------------> read fresh
+         |                                                               |
+         v                                                               v
+      decide <-----------------------------------------------------------+
+         |
+         +-- only a status change, written less than STATUS_SPACING_SECONDS ago
+         |   --> nothing written; look again when the spacing is over
+         |
+         +-- decided from the cache, acts, the job has a status
+         |   --> read fresh, decide again (with the progress report already read)
+         v
+       act: write the status once (with the resourceVersion it was computed from)
+            -> delete pods (all at once) -> change children -> emit the plan's events
+
+A job gone or being deleted ends the reconcile with None: its loop forgets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from psoperator.api.labels import CHILD_KINDS
+from psoperator.api.models import Tracking
+from psoperator.contract import ProgressReport
+from psoperator.control import polling
+from psoperator.control.state import JobState, OperatorState
+from psoperator.faults import Fault, crash_at
+from psoperator.kube import ApplyResult, in_thread
+from psoperator.metrics.readings import read_job
+from psoperator.observe.cache import JobKey, Snapshot
+from psoperator.observe.failures import unexplained
+from psoperator.observe.views import Observed, PodView, build_observed, owned_by, owned_pods, parse_pod
+from psoperator.plan.children import ChildChange, children_fingerprint, plan_children
+from psoperator.plan.draft import ReconcilePlan
+from psoperator.plan.stages import plan_reconcile
+from psoperator.policies import node_lost
+from psoperator.render import render_children
+from psoperator.status.patch import merge_patch
+
+Obj = dict[str, Any]
+UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
+# A status change that needs nothing else (pods coming up one by one, the step) is written at most
+# this often; anything that acts (a restart, a child, an event) or a parameter server's tracking
+# (ReconcilePlan.write_now) writes at once.
+STATUS_SPACING_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    plan: ReconcilePlan
+    report: ProgressReport | None
+    changes: list[ChildChange]
+    conflicts: list[str]  # children's names taken by objects the job does not own (plan_children)
+    now: datetime
+    inputs: tuple[Any, ...] | None = None  # what decided the changes (sync_inputs)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
+        plan = self.plan
+        acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
+        return not (acts or plan.write_now or self.changes or self.conflicts)
+
+
+async def read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
+    """The job, its children and its pods from the API (and into the cache); None once it is gone."""
+    started = time.monotonic()
+    job = await in_thread(state.kube.get_job, *key)
+    if job is None:
+        return None
+    *listed, pods = await asyncio.gather(
+        *(in_thread(state.kube.list_children, *key, kind) for kind in CHILD_KINDS),
+        in_thread(state.kube.list_pods, *key, parse_pod),
+    )
+    children = [child for kind in listed for child in kind]
+    state.cache.read_fresh(key, job, children, pods, started)
+    return Snapshot(job, children, pods)
+
+
+async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed:
+    """What the reconcile sees of the job: its own children and pods, with the nodes of the pods,
+    waiting a little for how tracked pods that went away ended."""
+    job = seen.job
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+    owners = {c["metadata"]["uid"] for c in seen.children if owned_by(c, uid)}
+    ours = [c for c in seen.children if owned_by(c, uid)]
+    tracking = Tracking.model_validate((job.get("status") or {}).get("tracking") or {}).pods
+
+    def of(listed: list[PodView]) -> Observed:
+        return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
+
+    observed, key = of(seen.pods), (job["metadata"]["namespace"], name)
+    # A pod replaced between two reconciles: its last state may still be on its way through the watch.
+    # Wait for it a little, so the failure is classified by what happened instead of "Replaced".
+    for _ in range(UNEXPLAINED_RETRIES):
+        if not unexplained(tracking, observed.pods, observed.departed):
+            break
+        await asyncio.sleep(UNEXPLAINED_WAIT)
+        cached = state.cache.snapshot(key)
+        pods = (
+            await in_thread(state.kube.list_pods, *key, parse_pod) if fresh or cached is None else cached.pods
+        )
+        observed = of(pods)
+    return with_nodes(state, observed)
+
+
+def with_nodes(state: OperatorState, observed: Observed) -> Observed:
+    """The nodes of the job's pods, for the node-lost policy, from the node index."""
+    index = state.nodes
+    names = node_lost.nodes_of(observed)
+    if index is None or not names:
+        return observed
+    return replace(observed, nodes={n: next(iter(index[n]), None) if n in index else None for n in names})
+
+
+def sync_inputs(job: Obj, plan: ReconcilePlan, children: list[Obj]) -> tuple[Any, ...]:
+    """All that decides which children to change: what the renderer reads of the job (besides its
+    uid, the key: its spec, by its generation; not its resourceVersion, which every status write
+    changes) and the render options, the plan's flags and what plan_children reads of the observed
+    children."""
+    meta = job["metadata"]
+    fingerprint = children_fingerprint(meta["uid"], children)
+    return (meta.get("generation"), plan.render, plan.create_missing, plan.hold_chief, fingerprint)
+
+
+async def decide(
+    state: OperatorState,
+    job_state: JobState,
+    seen: Snapshot,
+    fresh: bool,
+    report: ProgressReport | None = None,
+) -> Decision:
+    job = seen.job
+    observed = await observe(state, seen, fresh)
+    if report is None:
+        attempt = int((job.get("status") or {}).get("restarts") or 0)
+        port, chief = state.config.progress_port, observed.chief_pod(attempt)
+        report, job_state.refusals = await polling.chief_report(
+            state.session, port, chief, job_state.refusals
+        )
+    now = datetime.now(UTC)
+    plan = plan_reconcile(
+        job,
+        observed,
+        report,
+        now,
+        cluster_domain=state.config.cluster_domain,
+        operator_namespace=state.config.operator_namespace,
+    )
+    if plan.render is None:
+        return Decision(plan, report, [], [], now)
+    inputs = sync_inputs(job, plan, seen.children)
+    # A child that could not be made is tried again at a fresh read (every fresh_read_seconds at
+    # least): the object in its way may carry no job label, and then no watch sees it go.
+    if job_state.in_sync == inputs and not (fresh and job_state.told):
+        # The same as when its children were last found as rendered: a Running job's reconciles
+        # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
+        return Decision(plan, report, [], [], now)
+    desired = render_children(job, plan.render)
+    changes, conflicts = plan_children(
+        job["metadata"]["uid"],
+        desired,
+        seen.children,
+        create_missing=plan.create_missing,
+        hold_chief=plan.hold_chief,
+    )
+    if not changes and not conflicts:
+        job_state.in_sync = inputs
+    return Decision(plan, report, changes, conflicts, now, inputs)
+
+
+def never_acted_on(seen: Snapshot | None) -> bool:
+    """A job with no status has no children of ours: every reconcile writes the status before it
+    creates anything. Deciding on it needs no fresh read: its status write names the version it was
+    decided on, and the API server refuses it (StaleJob) if another writer came first."""
+    return seen is not None and not seen.job.get("status")
+
+
+async def reconcile_once(
+    state: OperatorState, namespace: str, name: str, logger: Any
+) -> ReconcilePlan | None:
+    """Decide from the cache; read fresh and decide again before acting, or when the job's last
+    fresh read is older than `fresh_read_seconds` (or it has none: a new loop), unless the job was
+    never acted on."""
+    started = time.monotonic()
+    key = (namespace, name)
+    job_state = state.job(key, logger)
+    seen = state.cache.snapshot(key)
+    new = never_acted_on(seen)  # decided and acted on from the watch alone
+    last_read = state.cache.read_at.get(key, -math.inf)
+    due = seen is None or started - last_read >= state.config.fresh_read_seconds
+    fresh = due and not new
+    if fresh:
+        seen = await read_fresh(state, key)
+    if seen is None or seen.job["metadata"].get("deletionTimestamp"):
+        return None
+    decision = await decide(state, job_state, seen, fresh)
+    since_write = started - state.cache.written_at.get(key, -math.inf)
+    if decision.quiet and since_write < STATUS_SPACING_SECONDS:
+        wait = STATUS_SPACING_SECONDS - since_write
+        requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
+        return replace(decision.plan, requeue_after=requeue)
+    if not fresh and not new and not decision.quiet:
+        seen = await read_fresh(state, key)
+        if seen is None or seen.job["metadata"].get("deletionTimestamp"):
+            return None
+        decision = await decide(state, job_state, seen, True, decision.report)
+    await act(state, job_state, seen, decision, logger)
+    return decision.plan
+
+
+async def act(
+    state: OperatorState, job_state: JobState, seen: Snapshot, decision: Decision, logger: Any
+) -> None:
+    """Write the status once, then carry out the plan, then emit its events."""
+    job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
+    plan = decision.plan
+    namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
+    if not state.may_act():  # decided while the Lease ran out: the other replica acts now
+        logger.info("not acting: this replica's Lease is past its renew deadline")
+        return
+    patch = merge_patch(job.get("status") or {}, plan.status)
+    if patch:
+        version = job["metadata"]["resourceVersion"]
+        written = await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
+        state.cache.job_seen(namespace, name, written)
+        state.cache.written_at[(namespace, name)] = time.monotonic()
+    state.metrics.record(namespace, name, read_job(job, plan, decision.now))
+    if plan.restarted:
+        crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.config.faults)
+    if plan.delete_job:
+        kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
+        await in_thread(state.kube.delete_job, namespace, name, uid)
+        return
+    # At once: a restart stops the old chief and every PS that served it (49 of them in a big job).
+    await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
+    if decision.changes or decision.conflicts:
+        result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
+        tell_unmade(job_state, job, decision, result)
+        if result.created or result.deleted:
+            logger.info("created %s, deleted %s", result.created, result.deleted)
+    for event in plan.events:
+        kopf.event(job, type=event.type, reason=event.reason, message=event.message)
+
+
+def tell_unmade(job_state: JobState, job: Any, decision: Decision, result: ApplyResult) -> None:
+    """Warn of the children that could not be made as rendered, each once while it lasts; and stay
+    quiet (no fresh read, no retry) until what decided the changes changes (the conflicting object
+    changes or goes away, the job's spec or the plan does) or the job's next fresh read."""
+    message = "{} exists and is not owned by this job; left alone"
+    conflicts = [("NameConflict", message.format(ref)) for ref in result.conflicts]
+    unmade = frozenset(conflicts + [("ChildRejected", ref) for ref in result.rejected])
+    for reason, message in sorted(unmade - job_state.told):
+        kopf.warn(job, reason=reason, message=message)
+    job_state.told = unmade
+    if unmade and decision.inputs is not None:
+        job_state.in_sync = decision.inputs

@@ -1,0 +1,126 @@
+"""What the operator keeps, in three parts: its configuration (fixed at start), its runtime (the HTTP
+session, the election, the context loops run in) and its caches (the watch cache, the departed
+pods, the node index), and one `JobState` per job, keyed by (namespace, name), which `forget`
+drops with everything else kept of that job.
+
+Shared across handlers through kopf's memo (never module globals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.control.leader import Election, Elector
+from psoperator.control.polling import Refusals
+from psoperator.faults import Fault
+from psoperator.kube import Kube
+from psoperator.metrics.registry import Metrics
+from psoperator.observe.cache import JobKey, WatchCache
+from psoperator.observe.views import PodView
+
+DEPARTED_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Config:
+    """How the operator runs, from its command line."""
+
+    cluster_domain: str = "cluster.local"
+    operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
+    resync_seconds: float = 10.0
+    # The unwoken reconciles of all jobs together, at most, on average: when the jobs' resyncs would
+    # come more often, every resync stretches by the same factor (1,000 running jobs at 20: every
+    # 50 s; 100 running and 900 finished ones: still every 10 s, the finished ones costing 3 a
+    # second). Events still wake a job at once; a plan's own timer (a TTL, a deadline) still comes
+    # on time.
+    resyncs_per_second: float = 20.0
+    # Finished and suspended jobs: only their TTL and a resume need them, and both wake them.
+    idle_resync_seconds: float = 300.0
+    # The longest a job goes without a fresh read of its children (see observe/cache.py).
+    fresh_read_seconds: float = 600.0
+    progress_port: int = DEFAULT_PROGRESS_PORT
+    faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
+
+
+@dataclass
+class JobState:
+    """All the operator keeps of one job besides the watch cache's copy of its objects."""
+
+    # The job handler's logger. Without leader election, or while this replica leads, the job has
+    # a loop; the others keep the job (with its logger) to start its loop when they take over.
+    logger: Any
+    loop: asyncio.Task[None] | None = None
+    wakeup: asyncio.Event | None = None  # set by the watches to reconcile now
+    idle: bool = False  # the last reconcile found it finished or suspended
+    # The inputs with which its children were last found as rendered (control/protocol.py), or as
+    # near as they can be: what is left conflicts or was refused, and was told.
+    in_sync: tuple[Any, ...] | None = None
+    # The NameConflict and ChildRejected warnings its last changes told, as (reason, message): each
+    # is told once while it lasts, not at every resync.
+    told: frozenset[tuple[str, str]] = frozenset()
+    refusals: Refusals | None = None  # its chief's refusals of the progress port in a row
+
+
+@dataclass
+class OperatorState:
+    kube: Kube
+    metrics: Metrics
+    config: Config = field(default_factory=Config)
+    # --- runtime
+    session: aiohttp.ClientSession | None = None
+    # With leader election (several replicas), only the Lease's holder runs the jobs' loops.
+    election: Election | None = None
+    elector: Elector | None = None
+    election_task: asyncio.Task[None] | None = None
+    # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
+    # posting (the operator's one queue; a loop without it fails at its first event). Not each job
+    # handler's own: that holds the event's whole job for as long as the loop runs.
+    context: contextvars.Context | None = None
+    # --- caches
+    cache: WatchCache = field(default_factory=WatchCache)
+    # Node name -> its Ready condition, from kopf's node index (a watch, no reads per reconcile);
+    # None until kopf hands the index over: an empty index would make every node look deleted.
+    nodes: Mapping[str, Any] | None = None
+    # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
+    departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
+    # --- the jobs
+    jobs: dict[JobKey, JobState] = field(default_factory=dict)
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leading
+
+    def may_act(self) -> bool:
+        """Whether a loop may act now: no election, or the Lease renewed within its renew deadline."""
+        return self.elector is None or self.elector.holds(time.monotonic())
+
+    def job(self, key: JobKey, logger: Any) -> JobState:
+        """The job's state, made at its first sight."""
+        return self.jobs.setdefault(key, JobState(logger))
+
+    def looping(self) -> list[JobState]:
+        """The jobs whose loop runs."""
+        return [job for job in self.jobs.values() if job.loop is not None]
+
+    def forget(self, key: JobKey) -> None:
+        """The job is gone: nothing of it stays, neither its state, its cached objects nor its series.
+        Its loop, if any, is stopped by whoever calls this (or is the caller)."""
+        self.jobs.pop(key, None)
+        self.cache.forget(key)
+        self.metrics.forget(*key)
+        self.metrics.jobs_managed.set(len(self.looping()))
+
+    def remember_departed(self, view: PodView) -> None:
+        self.departed[view.uid] = view
+        self.departed.move_to_end(view.uid)
+        while len(self.departed) > DEPARTED_LIMIT:
+            self.departed.popitem(last=False)

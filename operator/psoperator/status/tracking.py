@@ -1,0 +1,80 @@
+"""The tracking memory in the job's status: what the operator last saw of the long-running pods
+(a `TrackedPod` each) and of the pods unable to start (a `StartError` each), computed after each
+reconcile, so that the next one can tell a lost or restarted pod from a healthy one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psoperator.api.models import PSTrainingJobStatus, StartError, TrackedPod, Tracking
+from psoperator.contract import Role
+from psoperator.observe.failures import TRACKED_ROLES
+from psoperator.observe.views import START_ERRORS, Observed, PodView
+from psoperator.timeutil import format_time, parse_time
+
+
+def tracked(pod: PodView) -> TrackedPod:
+    return TrackedPod(uid=pod.uid, restarts=pod.restarts, sidecarRestarts=sum(pod.sidecar_restarts.values()))
+
+
+def unchanged_since(entry: TrackedPod | None, pod: PodView) -> bool:
+    """The same pod, its trainer not restarted, since `entry` was tracked."""
+    return entry is not None and (entry.uid, entry.restarts) == (pod.uid, pod.restarts)
+
+
+def tracked_pods(observed: Observed) -> list[PodView]:
+    return [p for role in TRACKED_ROLES for p in observed.role_pods(role)]
+
+
+def overdue(error: StartError, now: datetime, grace_seconds: int) -> bool:
+    since = parse_time(error.since)
+    return since is None or (now - since).total_seconds() >= grace_seconds
+
+
+def start_error_of(tracking: Tracking, pod: PodView, now: datetime) -> StartError | None:
+    """The pod's current inability to start, continuing the tracked episode if it is the same one.
+
+    The API gives a waiting state no time and the pod's age says nothing after a restart in place,
+    so the grace period runs from when the operator first saw this episode (same pod, same restarts).
+    """
+    if pod.waiting_reason not in START_ERRORS:
+        return None
+    seen = (tracking.start_errors or {}).get(pod.name)
+    if seen is not None and (seen.uid, seen.restarts) == (pod.uid, pod.restarts):
+        return seen
+    return StartError(uid=pod.uid, restarts=pod.restarts, since=format_time(now))
+
+
+def next_start_errors(
+    tracking: Tracking, observed: Observed, attempt: int, now: datetime, grace_seconds: int
+) -> dict[str, StartError]:
+    """The start errors to track after this reconcile; those past the grace period are told."""
+    result: dict[str, StartError] = {}
+    for pod in observed.current_pods(attempt):
+        error = start_error_of(tracking, pod, now)
+        if error is not None:
+            told = error.told or overdue(error, now, grace_seconds)
+            result[pod.name] = error.model_copy(update={"told": told})
+    return result
+
+
+def ps_tracking_changed(old: Tracking, new: Tracking, observed: Observed) -> bool:
+    """A parameter server appeared, was replaced or restarted since the tracking was last stored."""
+    return any(old.pods.get(p.name) != new.pods.get(p.name) for p in observed.role_pods(Role.PS))
+
+
+def next_tracking(
+    status: PSTrainingJobStatus, observed: Observed, ps_replicas: int, restarted: bool
+) -> Tracking:
+    """The tracking to store after this reconcile of a running job.
+
+    After a restart the new chief has not met the parameter servers yet, so they are not established.
+    """
+    live = [p for p in tracked_pods(observed) if not (p.deleting or p.failed or p.node_lost)]
+    pods = {p.name: tracked(p) for p in live}
+    if restarted:
+        return Tracking(psEstablished=False, pods=pods)
+    current = observed.current_chief_job(status.restarts) is not None
+    all_ps_run = len(observed.running(Role.PS)) == ps_replicas
+    established = status.tracking.ps_established or (all_ps_run and current)
+    return Tracking(psEstablished=established, pods=pods)
