@@ -105,7 +105,9 @@ def test_every_node_is_structural() -> None:
         if set(node) - ALLOWED_KEYS:
             problems.append(f"{path}: unexpected {sorted(set(node) - ALLOWED_KEYS)}")
         int_or_string = node.get("x-kubernetes-int-or-string") is True
-        if "type" not in node and not int_or_string:
+        # Kubernetes' two exceptions to "every node has a type".
+        untyped = int_or_string or node.get("x-kubernetes-preserve-unknown-fields") is True
+        if "type" not in node and not untyped:
             problems.append(f"{path}: no type")
         if int_or_string and "type" in node:
             problems.append(f"{path}: int-or-string with a type")

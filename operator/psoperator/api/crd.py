@@ -255,6 +255,13 @@ OVERLAYS: dict[tuple[str, ...], dict[str, Any]] = {
     # Duplicates are rejected by the apiserver ("Duplicate value").
     ("spec", "failurePolicy", "permanentExitCodes"): {"x-kubernetes-list-type": "set"},
     ("status", "conditions"): {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    # Records, or the "uid/restarts/..." strings of versions before them: an upgrade applies the CRD
+    # first, and the previous operator goes on writing strings until the new one takes over (and
+    # again after a rollback). The operator reads both (api/models.py, `_upgraded`).
+    ("status", "tracking", "pods"): {"additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}},
+    ("status", "tracking", "startErrors"): {
+        "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}
+    },
 }
 
 PRINTER_COLUMNS: list[dict[str, str | int]] = [

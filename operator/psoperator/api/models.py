@@ -423,15 +423,19 @@ class Tracking(_Status):
         description="Every parameter server has run together during the current chief attempt.",
     )
     pods: dict[str, TrackedPod] = Field(
-        default_factory=dict, description="Parameter server, worker and evaluator pods, by name."
+        default_factory=dict,
+        description=(
+            "Parameter server, worker and evaluator pods, by name: uid, restarts (of the training "
+            "container), sidecarRestarts (of the others)."
+        ),
     )
     start_errors: dict[str, StartError] | None = Field(
         None,
         alias="startErrors",
         description=(
-            "Pods whose container cannot start (image pull or container config errors), by name. The "
-            "API gives a waiting state no time, so startupErrorGraceSeconds runs from when the "
-            "operator first saw it."
+            "Pods whose container cannot start (image pull or container config errors), by name: "
+            "uid, restarts, since (when the operator first saw it: the API gives a waiting state no "
+            "time, so startupErrorGraceSeconds runs from then), told (recorded)."
         ),
     )
     recycling: dict[str, str] | None = Field(
