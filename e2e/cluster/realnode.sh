@@ -9,7 +9,8 @@
 #                                             then the enforcer, once it has synced
 #   realnode.sh load IMAGE...                 docker save | ctr import into the node's containerd
 #   realnode.sh enforcer                      whether the enforcer is ready (exit 0), or why not:
-#                                             1 not ready, 2 not built, 3 this kernel cannot run it
+#                                             1 not ready, 2 not built or installed, 3 this
+#                                             kernel cannot run it
 #   realnode.sh down                          stop everything, remove every container and rule
 #
 # Addresses: pods 10.232.0.0/16 on bridge psop0 (the host is 10.232.0.1: node IP, API server
@@ -245,7 +246,6 @@ node_ready() {
 # this kernel can run it (ipset hash:ip and hash:net, set, physdev, addrtype, conntrack, mark,
 # multiport, limit, NFLOG, REJECT). Prints why not; the host's own rules are not touched.
 enforcer_probe() {
-  command -v ipset >/dev/null || { echo "ipset is not installed (apt-get install ipset)"; return 1; }
   local out
   out=$(unshare --net sh -c 'ipset create PSOP-PROBE-IP hash:ip timeout 0 &&
     ipset create PSOP-PROBE-NET hash:net timeout 0 && iptables-restore' 2>&1 <<'RULES'
@@ -285,6 +285,7 @@ enforcer_ready() {
 }
 
 cmd_enforcer() {
+  command -v ipset >/dev/null || { echo "ipset is not installed (apt-get install ipset)"; return 2; }
   enforcer_probe || return 3
   [ -x "$BIN/kube-router" ] || { echo "kube-router is not built (e2e/cluster/cluster.sh build)"; return 2; }
   enforcer_ready || return 1

@@ -35,8 +35,8 @@ from psoperator.contract import DEFAULT_PROGRESS_PORT
 
 LONG = 1_000_000  # steps: trains for as long as the test probes
 TRAIN_STEPS = 1_200
-# `realnode.sh enforcer`: 0 ready, 1 not ready, 2 not built, 3 this kernel cannot run it.
-READY, NOT_BUILT, KERNEL_CANNOT = 0, 2, 3
+# `realnode.sh enforcer`: 0 ready, 1 not ready, 2 not built or installed, 3 this kernel cannot run it.
+READY, MISSING, KERNEL_CANNOT = 0, 2, 3
 # A connection the policies refuse is rejected at once; one they allow is accepted at once.
 CONNECT_TIMEOUT = 3
 
@@ -54,7 +54,7 @@ def enforcer(kubeconfig: Path) -> None:
     code, why = _enforcer()
     if code == KERNEL_CANNOT:  # the host's kernel, not a missing install: nothing to fix here
         pytest.skip(why)
-    if code == NOT_BUILT:
+    if code == MISSING:
         unavailable(why)
     wait_for(lambda: _enforcer()[0] == READY, timeout=60, message=lambda: f"the enforcer: {_enforcer()[1]}")
 
