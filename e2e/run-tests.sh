@@ -24,10 +24,9 @@ trap timings EXIT
 
 system_packages() {
   # iproute2: network namespaces of the TensorFlow tests; docker.io (dockerd, containerd, runc),
-  # containernetworking-plugins, iptables, conntrack: the real node; nftables: the NetworkPolicy
-  # enforcer and its kernel probe; mmdebstrap: the images' base;
-  # gcc: the pause image.
-  local want=(iproute2 curl docker.io containernetworking-plugins iptables nftables conntrack mmdebstrap gcc libc6-dev)
+  # containernetworking-plugins, iptables, conntrack: the real node; ipset: its NetworkPolicy
+  # enforcer (kube-router); mmdebstrap: the images' base; gcc: the pause image.
+  local want=(iproute2 curl docker.io containernetworking-plugins iptables ipset conntrack mmdebstrap gcc libc6-dev)
   local missing=() pkg
   for pkg in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

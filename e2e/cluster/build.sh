@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # etcd, kwok, kwokctl), the real node's kubelet, kube-proxy, CoreDNS and NetworkPolicy enforcer
-# (kube-network-policies, where the kernel has what it needs), helm, and prometheus and promtool (the metrics, alert and dashboard
-# tests) from the Go module proxy into a cache outside the repo.
+# (kube-router's policy controller), helm, and prometheus and promtool (the metrics, alert and
+# dashboard tests) from the Go module proxy into a cache outside the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
 # `build.sh training-operator` builds only Kubeflow's training-operator v1, the benchmark's peer
 # (`python -m e2e.bench` calls it when the tfjob kind is chosen); the default target, which CI runs,
@@ -16,7 +16,8 @@ HELM_VERSION="${HELM_VERSION:-v3.19.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.7}"
 # The Go module of Prometheus 3.x.y is tagged v0.3xx.y: v0.316.0 is Prometheus 3.16.0.
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
-NETWORK_POLICIES_VERSION="${NETWORK_POLICIES_VERSION:-v0.8.0}"
+# The only version of kube-router v2 the Go module proxy serves (see build_kube_router).
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 # The only version the Go module proxy serves under this path (no v1.9.x).
 TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-v1.8.1}"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
@@ -99,26 +100,27 @@ build_installable() {  # name version package [ldflags [tags]]
   mark "$1" "$2"
 }
 
-# Whether this kernel has the nftables queue (nft_queue) the enforcer sends new connections through:
-# a rule in a throw-away network namespace (e2e/real/test_network_policy.py probes the same way).
-kernel_can_queue() {
-  command -v nft >/dev/null && unshare --net sh -c "nft add table inet probe &&
-    nft add chain inet probe c '{ type filter hook forward priority 0; }' &&
-    nft add rule inet probe c queue num 1 bypass" 2>/dev/null
-}
-
-# SIG Network's NetworkPolicy enforcer (nftables and nfqueue): the CNI bridge plugin of the real
-# node enforces none. Its main package is .../cmd, which `go install` names "cmd". Not built where
-# it could not run (its test skips there): about 2.5 minutes saved on a cold build.
-build_network_policies() {
-  local name=kube-network-policies version=$NETWORK_POLICIES_VERSION
+# The real node's NetworkPolicy enforcer: kube-router's policy controller (iptables and ipset; the
+# CNI bridge plugin enforces none). The proxy serves only v2.1.0, whose reported advisories are all
+# outside that controller: GHSA-phqm-jgc3-qf8g (CVE-2026-32254) is the IPVS service proxy's handling
+# of external IPs, GHSA-v5mh-h5hx-7v92 the routing controller's unauthenticated GoBGP admin port, and
+# GHSA-fcmh-qfxc-w685 affects v2.7.0 and later only. realnode.sh runs the policy controller alone
+# (no router, service proxy or load balancer), with its health port (every address, and pprof) off
+# and metrics on loopback. Its old dependencies are raised in a wrapper module (tools.go keeps the
+# main package required, as for Kubernetes above).
+build_kube_router() {
+  local name=kube-router version=$KUBE_ROUTER_VERSION module=github.com/cloudnativelabs/kube-router/v2
   have "$name" "$version" && { log "$name $version: cached"; return; }
-  kernel_can_queue || { log "$name $version: skipped, this kernel has no nftables queue"; return; }
   local dir="$WORK/$name-$version"
-  mkdir -p "$dir"
-  log "$name $version: building"
-  GOBIN="$dir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/$name/cmd@$version"
-  mv "$dir/cmd" "$BIN/$name"
+  mkdir -p "$dir" && cd "$dir"
+  rm -f go.mod go.sum && go mod init "psoperator.local/build/$name" >/dev/null 2>&1
+  printf '//go:build tools\npackage tools\nimport _ "%s/cmd/kube-router"\n' "$module" > tools.go
+  go mod edit -require "$module@$version" -require golang.org/x/net@v0.62.0 \
+    -require google.golang.org/grpc@v1.85.0 -require google.golang.org/protobuf@v1.36.12
+  log "$name $version: resolving modules"
+  go mod tidy >/dev/null
+  log "$name $version: building (about 3 minutes on 2 cores)"
+  go build -trimpath -ldflags "-s -w -X $module/pkg/version.Version=$version" -o "$BIN/$name" "$module/cmd/kube-router"
   mark "$name" "$version"
 }
 
@@ -153,5 +155,5 @@ prometheus_ld="-X github.com/prometheus/common/version.Version=3.$((10#$promethe
 # takes a cold build from about 20 to about 7 minutes on 2 cores.
 build_installable prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus "$prometheus_ld" remove_all_sd
 build_installable promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool "$prometheus_ld" remove_all_sd
-build_network_policies
+build_kube_router
 log "done: $(ls "$BIN" | tr '\n' ' ')"

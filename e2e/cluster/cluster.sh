@@ -11,7 +11,8 @@
 #
 # Without --real the nodes are KWOK's (simulated: hundreds of pods, injected kubelet states). With
 # --real the same control plane gets one real node instead (realnode.sh: kubelet, containerd, runc,
-# CNI bridge, kube-proxy, CoreDNS), whose pods run real containers; no kwok-controller runs.
+# CNI bridge, kube-proxy, CoreDNS, kube-router's NetworkPolicy controller), whose pods run real
+# containers; no kwok-controller runs.
 #
 # Everything lives under ${PSOPERATOR_CACHE:-~/.cache/psoperator}; the clusters are named
 # ${PSOPERATOR_CLUSTER:-psoperator} and psoperator-real. Nothing is downloaded: kwokctl gets a local
