@@ -670,7 +670,7 @@ def test_a_restart_deletes_the_old_chief_pod_and_holds_the_new_job_until_it_is_g
     plan = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
     assert plan.restarted and plan.hold_chief
     # The surviving ps-0 restarts with the chief (ps_recycle.py), with the same grace.
-    assert [(d.pod, d.grace_seconds) for d in plan.delete_pods] == [("ctr-ps-0", 5), ("ctr-chief-0x", 5)]
+    assert [(d.pod, d.grace_seconds) for d in plan.delete_pods] == [("ctr-ps-0", 1), ("ctr-chief-0x", 5)]
     assert plan.requeue_after == 0.5  # the common case stays fast: look again soon
     # Next reconcile: the old pods are terminating. Still held; they are not deleted again.
     ps0_dying = pod("ps", 0, deleting=True)

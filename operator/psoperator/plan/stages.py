@@ -308,8 +308,10 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
     return GO_ON
 
 
-# Grace of a parameter server restarted with the chief: its variables are discarded anyway.
-RECYCLED_PS_GRACE_SECONDS = 5
+# Grace of a parameter server restarted with the chief: its variables are discarded anyway, so the
+# runtime's drain on SIGTERM (serving a last checkpoint before a planned stop, 20 s by default) has
+# nothing to serve, and the new chief waits for it to be gone.
+RECYCLED_PS_GRACE_SECONDS = 1
 
 
 def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
