@@ -125,6 +125,10 @@ CONNECT_TIMEOUT = 5.0
 # Objects a list asks for at a time, so that the full objects of one page at most are held: the pods
 # of a fresh read (Kube.list_pods) and kopf's listings before it watches (handlers.configure).
 LIST_PAGE = 500
+# A child write the API server refuses, named in the job's Warning with the API's message: a bad
+# request or an admission webhook's denial (400), a ResourceQuota, Pod Security or RBAC (403), a
+# value (422; a Job's immutable fields are never sent, see _patch).
+REFUSALS = frozenset({400, 403, 422})
 
 
 class Kube:
@@ -324,8 +328,7 @@ class Kube:
         except ApiException as error:
             if error.status == 409:
                 result.conflicts.append(ref)
-            elif error.status == 422:
-                # A value the API server refuses; a Job's immutable fields are never sent (_patch).
+            elif error.status in REFUSALS:
                 result.rejected.append(f"{ref}: {_reason(error)}")
             else:
                 raise

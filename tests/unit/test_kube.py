@@ -112,6 +112,19 @@ def test_a_child_the_api_server_fails_holds_up_no_other_and_fails_the_reconcile(
     assert [method for method, _ in kube.calls] == ["POST"] * len(desired)
 
 
+@pytest.mark.parametrize("status", [400, 403, 422])
+def test_a_child_the_api_server_refuses_is_named_with_its_message(status: int) -> None:
+    """A ResourceQuota or an RBAC gap (403), an admission webhook (400, 403) or a value (422): the
+    job's Warning says what the API server said."""
+    desired = [m for m in render_children(job()) if m["kind"] == "Service"][:1]
+    kube = RecordingKube()
+    kube.wire.statuses = [status]
+    kube.wire.answers = [{"kind": "Status", "code": status, "message": "exceeded quota: services=1"}]
+    result = kube.apply_children(NS, "job-uid", desired, [])
+    ref = f"Service/{desired[0]['metadata']['name']}"
+    assert result.rejected == [f"{ref}: exceeded quota: services=1"] and result.created == []
+
+
 def test_after_the_end_a_missing_child_stays_missing_and_the_rest_is_still_patched() -> None:
     desired = render_children(job(), stopped=True)
     running = _live(_without_chief(render_children(job())))
