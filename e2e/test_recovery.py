@@ -230,6 +230,9 @@ def test_success_cleans_up_then_ttl_deletes_the_job(
     )
     assert "ChildRejected" not in {e.reason for e in _events(k8s, namespace)}
     wait_for(lambda: psjobs.get(k8s, namespace, "ctr") is None, timeout=30, message="the job deleted by TTL")
+    # Posted through kopf's real posting path (its level is WARNING: kopf.info would post nothing).
+    wait_for(lambda: "Expired" in {e.reason for e in _events(k8s, namespace)}, timeout=30,
+             message="the Expired event")  # fmt: skip
 
 
 def test_operator_killed_after_deciding_a_restart_finishes_it_once(

@@ -627,6 +627,24 @@ class OneJobKube(RecordingKube):
         return copy.deepcopy(self.job)
 
 
+def test_a_plans_events_are_posted_even_when_a_child_write_then_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Events fire when a condition flips, so the next reconcile does not post them again: they go
+    out right after the status write that flipped it, before the children are touched."""
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda _job, type, reason, message: posted.append(reason))
+    job = builders.with_status(builders.job(runPolicy={"suspend": True}), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    kube = OneJobKube(job, [])
+    kube.wire.status = 500  # every child create
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+    with pytest.raises(ApiException):
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    assert posted == ["Suspended"]
+
+
 @pytest.mark.parametrize("unmade", ["NameConflict", "ChildRejected"])
 def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_writes(
     monkeypatch: pytest.MonkeyPatch, unmade: str

@@ -234,7 +234,9 @@ async def reconcile_once(
 async def act(
     state: OperatorState, job_state: JobState, seen: Snapshot, decision: Decision, logger: Any
 ) -> None:
-    """Write the status once, then carry out the plan, then emit its events."""
+    """Write the status once and post the plan's events (they fire when a condition flips, so a
+    later reconcile would not post them again: a child write refused below must not lose them), then
+    carry out the plan."""
     job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
     plan = decision.plan
     namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
@@ -247,11 +249,16 @@ async def act(
         written = await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
         state.cache.job_seen(namespace, name, written)
         state.cache.written_at[(namespace, name)] = time.monotonic()
+    for event in plan.events:
+        kopf.event(job, type=event.type, reason=event.reason, message=event.message)
     state.metrics.record(namespace, name, read_job(job, plan, decision.now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.config.faults)
     if plan.delete_job:
-        kopf.info(job, reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job")
+        # kopf.event, not kopf.info: kopf posts info only at its INFO posting level (ours is WARNING).
+        kopf.event(
+            job, type="Normal", reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job"
+        )
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return
     # At once: a restart stops the old chief and every PS that served it (49 of them in a big job).
@@ -261,8 +268,6 @@ async def act(
         tell_unmade(job_state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
-    for event in plan.events:
-        kopf.event(job, type=event.type, reason=event.reason, message=event.message)
 
 
 def tell_unmade(job_state: JobState, job: Any, decision: Decision, result: ApplyResult) -> None:
