@@ -53,3 +53,22 @@ def test_a_job_running_through_the_upgrade_keeps_its_tracking_and_stores_records
     lost = [p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh") for p in BASE]
     restart = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
     assert restart.restarted and restart.failures == [("ps", "Replaced")]
+
+
+def test_a_disruption_seen_is_recorded_so_the_pods_loss_is_never_counted_unseen() -> None:
+    """A PS marked for preemption (DisruptionTarget, still running) and then gone while the operator
+    was away (a restart, a failover: its memory of departed pods is empty) is a disruption, read
+    from the status: no counted restart, where an unexplained replacement would count."""
+    running = with_status(job(), **came_up(phase="Running", restarts=0, countedRestarts=0))
+    running["status"]["tracking"] = {"psEstablished": True, "pods": _as_strings(BASE)}
+    marked = [p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, disruption="PreemptionByScheduler")
+              for p in BASE]  # fmt: skip
+    seen = plan_reconcile(running, observed(marked, chief_job(0)), None, NOW)
+    assert not seen.restarted and not seen.failures and seen.write_now
+    assert seen.status["tracking"]["pods"]["ctr-ps-1"]["disruption"] == "PreemptionByScheduler"
+
+    later = with_status(job(), **{**running["status"], "tracking": seen.status["tracking"]})
+    replaced = [p if p["metadata"]["name"] != "ctr-ps-1" else pod("ps", 1, uid="fresh") for p in BASE]
+    restart = plan_reconcile(later, observed(replaced, chief_job(0)), None, NOW)
+    assert restart.restarted and restart.failures == [("ps", "Preempted")]
+    assert restart.status["countedRestarts"] == 0 and restart.status["restarts"] == 1

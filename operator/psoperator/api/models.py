@@ -372,6 +372,13 @@ class TrackedPod(_Status):
     sidecar_restarts: int | None = Field(
         None, alias="sidecarRestarts", description="Restarts of its other containers, added up."
     )
+    disruption: str | None = Field(
+        None,
+        description=(
+            "The reason of a DisruptionTarget condition first seen on it (preemption, eviction, "
+            "drain): its loss is then never counted, even when the operator did not see it go."
+        ),
+    )
 
     @classmethod
     def from_entry(cls, entry: str) -> TrackedPod:
@@ -426,7 +433,7 @@ class Tracking(_Status):
         default_factory=dict,
         description=(
             "Parameter server, worker and evaluator pods, by name: uid, restarts (of the training "
-            "container), sidecarRestarts (of the others)."
+            "container), sidecarRestarts (of the others), disruption (a DisruptionTarget's reason)."
         ),
     )
     start_errors: dict[str, StartError] | None = Field(

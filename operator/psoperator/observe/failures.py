@@ -116,6 +116,10 @@ def classify_pod_failure(
             return ended
         if pod is None or pod.role is None:
             return None
+        if previous.disruption is not None:  # seen disrupted, then gone while no one looked
+            reason = DISRUPTION_REASONS.get(previous.disruption, "Disrupted")
+            message = f"DisruptionTarget: {previous.disruption} (recorded in status.tracking)"
+            return Failure(pod.role, pod.name, pod.index, reason, message, disruption=True)
         # Replaced since we last looked, and the watch did not show how the old pod ended.
         return Failure(pod.role, pod.name, pod.index, "Replaced", "the pod was replaced by a new one")
     if pod.role is None:

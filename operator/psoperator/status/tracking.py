@@ -13,8 +13,15 @@ from psoperator.observe.views import START_ERRORS, Observed, PodView
 from psoperator.timeutil import format_time, parse_time
 
 
-def tracked(pod: PodView) -> TrackedPod:
-    return TrackedPod(uid=pod.uid, restarts=pod.restarts, sidecarRestarts=sum(pod.sidecar_restarts.values()))
+def tracked(pod: PodView, previous: TrackedPod | None = None) -> TrackedPod:
+    """The pod's record; a disruption once seen stays in it while the pod is the same."""
+    kept = previous.disruption if previous is not None and previous.uid == pod.uid else None
+    return TrackedPod(
+        uid=pod.uid,
+        restarts=pod.restarts,
+        sidecarRestarts=sum(pod.sidecar_restarts.values()),
+        disruption=pod.disruption or kept,
+    )
 
 
 def unchanged_since(entry: TrackedPod | None, pod: PodView) -> bool:
@@ -71,7 +78,7 @@ def next_tracking(
     After a restart the new chief has not met the parameter servers yet, so they are not established.
     """
     live = [p for p in tracked_pods(observed) if not (p.deleting or p.failed or p.node_lost)]
-    pods = {p.name: tracked(p) for p in live}
+    pods = {p.name: tracked(p, status.tracking.pods.get(p.name)) for p in live}
     if restarted:
         return Tracking(psEstablished=False, pods=pods)
     current = observed.current_chief_job(status.restarts) is not None
