@@ -119,8 +119,8 @@ def test_without_a_scheduling_timeout_a_job_waits_told_once_and_without_spinning
         found = condition(psjobs.status(k8s, namespace, "ctr"), "Unschedulable")
         return found if found and found["status"] == "True" else None
 
-    condition = wait_for(unschedulable, timeout=60, message="the Unschedulable condition")
-    assert 'persistentvolumeclaim "missing" not found' in condition["message"]
+    told = wait_for(unschedulable, timeout=60, message="the Unschedulable condition")
+    assert 'persistentvolumeclaim "missing" not found' in told["message"]
     before, started = _reconciles(port, "ok"), time.monotonic()
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["phase"] in ("Pending", "Creating"), 12)
     per_minute = (_reconciles(port, "ok") - before) / (time.monotonic() - started) * 60

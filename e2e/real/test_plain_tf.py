@@ -62,6 +62,8 @@ def test_a_plain_tensorflow_job_resumes_from_its_keras_backup_after_a_ps_sigkill
     figures.record("plain TF: PS SIGKILL → Succeeded", time.monotonic() - killed, "s")
     assert final["restarts"] == 1 and final["lastFailure"]["role"] == "ps", final
     resumed = epochs_started(k8s, namespace, chief["metadata"]["name"])
-    # The new chief starts at the epoch after the last backup, not at epoch 1, and trains to the end.
-    assert resumed and 3 <= resumed[0] <= epoch_at_kill and resumed[-1] == EPOCHS, resumed
-    figures.record("plain TF: epochs run again after the PS SIGKILL", str(epoch_at_kill - resumed[0]))
+    # The new chief starts after the last backup (the epoch under way at the kill may have ended
+    # before TensorFlow saw the PS gone), not at epoch 1, and trains to the end.
+    assert resumed and epoch_at_kill <= resumed[0] <= EPOCHS and resumed[-1] == EPOCHS, resumed
+    figures.record("plain TF: epoch under way at the kill, first epoch of the new chief",
+                   f"{epoch_at_kill}, {resumed[0]}")  # fmt: skip

@@ -210,17 +210,22 @@ def test_a_killed_worker_is_replaced_while_training_goes_on(
 def test_a_deleted_chief_exits_143_and_its_restart_does_not_count(
     kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
 ) -> None:
-    """Deleted before its first checkpoint, so no progress excuses the restart: only the chief's own
-    exit code 143 (SIGTERM, from the kubelet) keeps it out of the restart budget."""
+    """Deleted before its first periodic checkpoint, so no progress excuses the restart: only the
+    chief's own exit code 143 (SIGTERM, from the kubelet) keeps it out of the restart budget. On
+    SIGTERM the chief saves first: the new chief resumes from the step it was stopped at."""
     name = apply_example(kubeconfig, job_namespace, checkpoint_steps=STEPS - 200)
-    chief, _ = running_chief(k8s, job_namespace, name, min_step=20)
+    chief, report = running_chief(k8s, job_namespace, name, min_step=20)
     deleted = time.monotonic()
     kubectl(kubeconfig, "delete", "pod", chief["metadata"]["name"], "-n", job_namespace, "--wait=false")
     final = wait_succeeded(k8s, job_namespace, name)
     figures.record("chief deleted → Succeeded", time.monotonic() - deleted, "s")
     assert final["restarts"] == 1 and final.get("countedRestarts", 0) == 0, final
     assert final["lastFailure"]["role"] == "chief" and final["lastFailure"].get("exitCode") == 143, final
-    assert final["step"] == STEPS and not final.get("resumedFromStep"), final
+    resumed = final.get("resumedFromStep") or 0
+    assert final["step"] == STEPS and report["step"] <= resumed < STEPS - 200, final
+    figures.record(
+        "chief deleted: resumed from (saved on SIGTERM), step before it", f"{resumed}, {report['step']}"
+    )
 
 
 # A model whose copy stands out from the TensorFlow runtime: 4,000,000 x 16 fp32 and Adagrad's
