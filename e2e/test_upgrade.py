@@ -23,7 +23,7 @@ from e2e.operator_process import OperatorProcess
 from e2e.paths import REPO
 from e2e.util import as_json, holds_for, wait_for
 
-# The last version before StatefulSets updated OnDelete (the session's starting point).
+# The last released version before StatefulSets updated OnDelete.
 PREVIOUS = "115184f"
 # Its renderer, without the trainer-container annotation (the first container is the trainer anyway).
 RENDERED_ANNOTATION = "ANNOTATION_TRAINER_CONTAINER: trainer}"
@@ -41,7 +41,7 @@ def previous_version(directory: Path) -> Path:
         tar.extractall(directory, filter="data")
     pod = directory / "operator" / "psoperator" / "render" / "pod.py"
     source = pod.read_text()
-    assert RENDERED_ANNOTATION in source, f"{pod} no longer renders the annotation this test extends"
+    assert RENDERED_ANNOTATION in source, f"{pod} no longer renders the annotation this test removes"
     pod.write_text(source.replace(RENDERED_ANNOTATION, "}"))
     return directory / "operator"
 
