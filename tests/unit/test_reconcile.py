@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from psoperator.contract import ProgressReport
+from psoperator.contract import CheckpointAnswer, ProgressReport
 from psoperator.observe.views import Observed
 from psoperator.plan.stages import plan_reconcile
+from psoperator.policies.planned_stop import CheckpointOutcome
 from psoperator.render import render_children
 from psoperator.timeutil import format_time
 from tests.unit.builders import (
@@ -202,14 +203,17 @@ def test_oom_killed_ps_carries_the_planners_suggestion() -> None:
 
 
 def test_suspend_and_resume() -> None:
-    suspended = plan_reconcile(
-        with_status(
-            job(runPolicy={"suspend": True}), phase="Running", tracking=tracking_of(BASE), startTime="x"
-        ),
-        observed(BASE),
-        None,
-        NOW,
+    """The suspend waits for the checkpoint asked of the running chief (test_planned_stop.py has the
+    rest); the chief's answer, given to the next reconcile, lets it go on."""
+    running = with_status(
+        job(runPolicy={"suspend": True}), phase="Running", tracking=tracking_of(BASE), startTime="x"
     )
+    asking = plan_reconcile(running, observed(BASE), None, NOW)
+    assert asking.status["phase"] == "Running" and asking.ask_checkpoint is not None
+    outcome = CheckpointOutcome(
+        asking.ask_checkpoint, 200, CheckpointAnswer(checkpointStep=340, checkpointPath="/ckpt/c-4"), NOW
+    )
+    suspended = plan_reconcile(running, observed(BASE), None, NOW, checkpoint_outcome=outcome)
     assert suspended.status["phase"] == "Suspended"
     assert suspended.render is not None and suspended.render.suspended
     assert suspended.status["tracking"] == {"psEstablished": False, "pods": {}}

@@ -65,6 +65,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "detect_success",
         "force_delete_lost_pods",
         "watch_scheduling",
+        "checkpoint_before_drain",
         "recover",
         "count_replicas",
         "set_phase",

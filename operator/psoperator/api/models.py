@@ -168,6 +168,19 @@ class FailurePolicy(_Model):
             "NodeLost, a disruption that is not counted against maxRestarts."
         ),
     )
+    checkpoint_before_stop_seconds: int = Field(
+        60,
+        alias="checkpointBeforeStopSeconds",
+        ge=0,
+        le=3600,
+        description=(
+            "Before a stop the cluster plans (runPolicy.suspend, a parameter server evicted, "
+            "drained or preempted), ask the chief for a checkpoint (POST /checkpoint on its "
+            "progress port) and wait for it up to this long, so that the stop loses no step; the "
+            "chief then schedules no step for as long. 0: never ask. A chief that does not serve "
+            "the request (a plain TensorFlow image) is not waited for."
+        ),
+    )
     startup_error_grace_seconds: int = Field(
         300,
         alias="startupErrorGraceSeconds",
@@ -364,6 +377,25 @@ class CheckpointStatus(_Status):
     time: str | None = Field(None, description="When it was written (RFC 3339).")
 
 
+class PlannedStop(_Status):
+    """A stop the cluster planned, and the checkpoint the chief wrote for it when asked."""
+
+    cause: str = Field(
+        ..., description="Suspend, or Drain (a parameter server evicted, drained or preempted)."
+    )
+    pods: list[str] = Field(default_factory=list, description="The pods whose stop it was.")
+    uids: list[str] = Field(default_factory=list, description="Their uids: a stop is asked for once.")
+    time: str = Field(..., description="When the chief answered, or the asking gave up (RFC 3339).")
+    checkpoint_step: int | None = Field(
+        None, alias="checkpointStep", description="The step of the checkpoint the stop was taken after."
+    )
+    checkpoint_path: str | None = Field(None, alias="checkpointPath", description="Its path or URI.")
+    saved: bool | None = Field(
+        None, description="Written for this stop (false: the latest checkpoint already was at the step)."
+    )
+    reason: str | None = Field(None, description="Why there was no checkpoint, when there was none.")
+
+
 class TrackedPod(_Status):
     """A long-running pod as the operator last saw it."""
 
@@ -496,6 +528,11 @@ class PSTrainingJobStatus(_Status):
         None, alias="resumedFromStep", description="Checkpoint step the current attempt resumed from."
     )
     checkpoint: CheckpointStatus | None = Field(None, description="The latest checkpoint seen.")
+    last_planned_stop: PlannedStop | None = Field(
+        None,
+        alias="lastPlannedStop",
+        description="The latest planned stop (a suspend, a drained PS) and the checkpoint taken before it.",
+    )
     last_failure: FailureRecord | None = Field(
         None, alias="lastFailure", description="The latest task failure."
     )

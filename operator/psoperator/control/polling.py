@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import aiohttp
 
-from psoperator.contract import PROGRESS_PATH, ProgressReport
+from psoperator.contract import CHECKPOINT_PATH, PROGRESS_PATH, CheckpointAnswer, ProgressReport
 from psoperator.observe.views import PodView
+from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome
 
 FIRST_WAIT_SECONDS = 5.0
 MAX_WAIT_SECONDS = 300.0
@@ -85,3 +87,35 @@ async def chief_report(
         return await fetch_progress(session, chief.ip, port), None
     except NotServing:
         return None, refused(refusals, chief.uid, now)
+
+
+# What the answer may take beyond the ask's deadline: the chief answers at its deadline at the latest.
+ANSWER_MARGIN_SECONDS = 5.0
+
+
+async def ask_checkpoint(
+    session: aiohttp.ClientSession | None, port: int, ask: CheckpointAsk, refusals: Refusals | None
+) -> CheckpointOutcome:
+    """POST the checkpoint request to the chief and wait for its answer, up to the ask's deadline.
+    A chief whose progress port refused lately (a plain TensorFlow image) is not asked."""
+    if session is None or (refusals is not None and refusals.pod_uid == ask.chief_uid):
+        why = "the chief does not serve its progress port (no checkpoint on demand in its image)"
+        return _outcome(ask, None, why)
+    url = f"http://{ask.chief_ip}:{port}{CHECKPOINT_PATH}"
+    body = {"deadlineSeconds": ask.deadline_seconds, "holdSeconds": ask.hold_seconds}
+    timeout = aiohttp.ClientTimeout(total=ask.deadline_seconds + ANSWER_MARGIN_SECONDS)
+    try:
+        async with session.post(url, json=body, timeout=timeout) as response:
+            status, text = response.status, await response.read()
+    except TimeoutError:
+        return _outcome(ask, None, f"the chief did not answer within {ask.deadline_seconds:g}s")
+    except (aiohttp.ClientError, OSError) as error:
+        return _outcome(ask, None, f"the chief could not be asked: {error}")
+    answer = CheckpointAnswer.parse(text)
+    if answer is None:
+        return _outcome(ask, status, f"the chief answered HTTP {status} without a checkpoint answer")
+    return CheckpointOutcome(ask, status, answer, datetime.now(UTC))
+
+
+def _outcome(ask: CheckpointAsk, status: int | None, reason: str) -> CheckpointOutcome:
+    return CheckpointOutcome(ask, status, CheckpointAnswer(reason=reason), datetime.now(UTC))

@@ -81,7 +81,8 @@ class Decision:
         """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
         plan = self.plan
         acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
-        return not (acts or plan.write_now or self.changes or self.conflicts)
+        asks = plan.ask_checkpoint is not None
+        return not (acts or asks or plan.write_now or self.changes or self.conflicts)
 
 
 async def read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
@@ -168,6 +169,7 @@ async def decide(
         now,
         cluster_domain=state.config.cluster_domain,
         operator_namespace=state.config.operator_namespace,
+        checkpoint_outcome=job_state.checkpoint_outcome,
     )
     if plan.render is None:
         return Decision(plan, report, [], [], now)
@@ -254,6 +256,10 @@ async def act(
     state.metrics.record(namespace, name, read_job(job, plan, decision.now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.config.faults)
+    if plan.ask_checkpoint is not None:  # the stop waits for the answer (up to the ask's deadline)
+        port = state.config.progress_port
+        ask, refusals = plan.ask_checkpoint, job_state.refusals
+        job_state.checkpoint_outcome = await polling.ask_checkpoint(state.session, port, ask, refusals)
     if plan.delete_job:
         # kopf.event, not kopf.info: kopf posts info only at its INFO posting level (ours is WARNING).
         kopf.event(

@@ -26,6 +26,7 @@ from psoperator.kube import Kube
 from psoperator.metrics.registry import Metrics
 from psoperator.observe.cache import JobKey, WatchCache
 from psoperator.observe.views import PodView
+from psoperator.policies.planned_stop import CheckpointOutcome
 
 DEPARTED_LIMIT = 4096
 
@@ -68,6 +69,8 @@ class JobState:
     # is told once while it lasts, not at every resync.
     told: frozenset[tuple[str, str]] = frozenset()
     refusals: Refusals | None = None  # its chief's refusals of the progress port in a row
+    # The chief's answer to the latest checkpoint asked before a planned stop, for the next reconcile.
+    checkpoint_outcome: CheckpointOutcome | None = None
 
 
 @dataclass

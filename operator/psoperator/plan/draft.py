@@ -15,6 +15,7 @@ from typing import Any
 from psoperator.api.models import PSTrainingJobStatus
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.observe.views import Observed
+from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome
 from psoperator.render import RenderOptions
 from psoperator.status.conditions import is_true, set_condition
 from psoperator.timeutil import format_time, parse_time
@@ -63,6 +64,9 @@ class Actions:
     # A parameter server's tracking changed: the status is written at once, not spaced with the
     # other status-only changes, so that a PS that fails right after it appeared is judged against it.
     write_now: bool = False
+    # A checkpoint to ask the chief for (before a planned stop), after the status write; the answer
+    # comes back to the next reconcile as Draft.checkpoint_outcome.
+    ask_checkpoint: CheckpointAsk | None = None
 
 
 @dataclass
@@ -81,6 +85,8 @@ class Draft(Actions):
     created: datetime | None = None  # the job's creationTimestamp
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None
+    # The chief's answer to the job's latest checkpoint ask (the protocol keeps it in the JobState).
+    checkpoint_outcome: CheckpointOutcome | None = None
 
     @classmethod
     def start(
@@ -90,6 +96,7 @@ class Draft(Actions):
         now: datetime,
         cluster_domain: str,
         operator_namespace: str | None = None,
+        checkpoint_outcome: CheckpointOutcome | None = None,
     ) -> Draft:
         raw = job.get("status") or {}
         # Two validations of the same dict: an independent copy at a tenth of a deep copy's cost.
@@ -97,7 +104,9 @@ class Draft(Actions):
         meta = job.get("metadata", {})
         status.observed_generation = meta.get("generation")
         created = parse_time(meta.get("creationTimestamp"))
-        return cls(old, status, observed, now, created, cluster_domain, operator_namespace)
+        return cls(
+            old, status, observed, now, created, cluster_domain, operator_namespace, checkpoint_outcome
+        )
 
     def wake_in(self, seconds: float | None) -> None:
         """Reconcile again in `seconds` at the latest (None: no need), keeping the soonest asked."""

@@ -30,7 +30,18 @@ from psoperator.contract import ProgressReport, Role
 from psoperator.observe.failures import Failure
 from psoperator.observe.views import START_ERRORS, Observed
 from psoperator.plan.draft import Draft, Event, PodDeletion, ReconcilePlan
-from psoperator.policies import deadline, node_lost, ps_recycle, recovery, scheduling, stall, success, ttl
+from psoperator.policies import (
+    deadline,
+    node_lost,
+    planned_stop,
+    ps_recycle,
+    recovery,
+    scheduling,
+    stall,
+    success,
+    ttl,
+)
+from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome, StopCause
 from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
 from psoperator.sizing.admission import SizingLevel, check_ps_memory
@@ -100,21 +111,49 @@ def admit_sizing(spec: PSTrainingJobSpec, d: Draft) -> bool:
 
 
 def suspend_or_resume(spec: PSTrainingJobSpec, d: Draft) -> bool:
-    """runPolicy.suspend deletes every pod; clearing it resumes from the latest checkpoint."""
+    """runPolicy.suspend deletes every pod, after a checkpoint asked of the chief (planned_stop);
+    clearing it resumes from the latest checkpoint."""
     if spec.run_policy.suspend:
-        why = "runPolicy.suspend is true"
-        d.enter(Phase.SUSPENDED, event=Event("Normal", "Suspended", f"{why}: the job's pods are deleted"))
-        d.status.start_time = None  # the deadline counts running time only
-        d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
-        d.condition(ConditionType.SUSPENDED, True, "Suspended", why)
-        d.condition(ConditionType.RUNNING, False, "Suspended", why)
-        d.render = d.options(suspended=True)
-        return DECIDED
+        return _suspend(spec, d)
     if d.old.phase == Phase.SUSPENDED:
         event = Event("Normal", "Resumed", "resuming from the latest checkpoint")
         d.condition(ConditionType.SUSPENDED, False, "Resumed", "runPolicy.suspend is false", event=event)
     d.status.start_time = d.status.start_time or d.stamp
     return GO_ON
+
+
+def _suspend(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    entering = d.old.phase != Phase.SUSPENDED
+    ask = planned_stop.ask_for(spec, d.observed, d.status.restarts, StopCause.SUSPEND) if entering else None
+    if ask is not None and _awaiting_checkpoint(d, ask):
+        message = f"asking the chief for a checkpoint first (up to {ask.deadline_seconds:g}s)"
+        d.condition(ConditionType.SUSPENDED, False, "Checkpointing", message)
+        return DECIDED
+    why = "runPolicy.suspend is true"
+    if ask is not None and d.status.last_planned_stop is not None:
+        why = f"{why}; stopped {planned_stop.describe(d.status.last_planned_stop)}"
+    elif not entering:  # as it was said when the job was suspended
+        why = next((c.message for c in d.old.conditions if c.type == ConditionType.SUSPENDED), why)
+    d.enter(Phase.SUSPENDED, event=Event("Normal", "Suspended", f"{why}: the job's pods are deleted"))
+    d.status.start_time = None  # the deadline counts running time only
+    d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
+    d.condition(ConditionType.SUSPENDED, True, "Suspended", why)
+    d.condition(ConditionType.RUNNING, False, "Suspended", why)
+    d.render = d.options(suspended=True)
+    return DECIDED
+
+
+def _awaiting_checkpoint(d: Draft, ask: CheckpointAsk) -> bool:
+    """Whether the stop waits for the chief's answer to `ask`: asked now, unless it was answered
+    (then kept in status.lastPlannedStop, so that a stop is asked for once)."""
+    if planned_stop.covered(d.old.last_planned_stop, ask):
+        return False
+    if d.checkpoint_outcome is not None and planned_stop.answered(d.checkpoint_outcome, ask):
+        d.status.last_planned_stop = planned_stop.record(d.checkpoint_outcome)
+        return False
+    d.ask_checkpoint = ask
+    d.wake_in(0)  # the answer decides the next reconcile
+    return True
 
 
 def enforce_deadline(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -176,6 +215,8 @@ def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
 def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """The recovery policy's decision, carried out on the draft (progress already merged in, so a
     chief that wrote a checkpoint and then failed made progress)."""
+    if d.ask_checkpoint is not None:  # a parameter server is stopping: its checkpoint comes first
+        return GO_ON
     decision = recovery.decide(spec, d.status, d.observed, d.now)
     _record_failures(d, decision)
     if decision.action is RecoveryAction.FAIL:
@@ -189,6 +230,27 @@ def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
         # Every restart is told, not only the first of a series: no flip needed.
         d.events.append(Event("Warning", decision.reason, decision.message))
         d.condition(ConditionType.RESTARTING, True, decision.reason, decision.message)
+    return GO_ON
+
+
+def checkpoint_before_drain(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """A parameter server being stopped by the cluster (evicted, drained, preempted) while it still
+    serves: a checkpoint first, and the recovery from its loss only once the chief answered, so the
+    restart resumes from the step it was stopped at."""
+    recycling = set((d.old.tracking.recycling or {}).values())
+    stopping = [p for p in planned_stop.draining_ps(d.observed) if p.uid not in recycling]
+    ask = planned_stop.ask_for(spec, d.observed, d.status.restarts, StopCause.DRAIN, stopping)
+    if not stopping or ask is None:
+        return GO_ON
+    before = d.status.last_planned_stop
+    if _awaiting_checkpoint(d, ask):
+        return GO_ON  # recover waits for the answer (the ask is bounded by its deadline)
+    stop = d.status.last_planned_stop
+    if stop is not None and stop is not before:
+        if stop.checkpoint_step is None:
+            d.events.append(Event("Warning", "NoCheckpointBeforeStop", planned_stop.describe_drain(stop)))
+        else:
+            d.events.append(Event("Normal", "CheckpointedBeforeStop", planned_stop.describe_drain(stop)))
     return GO_ON
 
 
@@ -344,6 +406,7 @@ STAGES: tuple[Stage, ...] = (
     detect_success,
     force_delete_lost_pods,
     watch_scheduling,
+    checkpoint_before_drain,
     recover,
     count_replicas,
     set_phase,
@@ -362,8 +425,9 @@ def plan_reconcile(
     *,
     cluster_domain: str = "cluster.local",
     operator_namespace: str | None = None,
+    checkpoint_outcome: CheckpointOutcome | None = None,
 ) -> ReconcilePlan:
-    d = Draft.start(job, observed, now, cluster_domain, operator_namespace)
+    d = Draft.start(job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome)
     try:
         spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as error:
