@@ -1,8 +1,17 @@
-"""The back-off of progress polls after a chief's port refused (polling.py)."""
+"""The back-off of progress polls after a chief's port refused, and the checkpoint ask (polling.py)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from psoperator.contract import CHECKPOINT_PATH
 from psoperator.control import polling
+from psoperator.policies.planned_stop import CheckpointAsk, StopCause
 
 
 def test_a_chief_that_never_refused_is_always_asked() -> None:
@@ -28,3 +37,62 @@ def test_a_new_chief_pod_is_asked_at_once_and_starts_from_the_first_wait() -> No
     refusals = polling.refused(polling.refused(None, "pod-a", 0.0), "pod-a", 0.0)
     assert polling.due(refusals, "pod-b", 0.0)
     assert polling.refused(refusals, "pod-b", 0.0).count == 1
+
+
+def _ask() -> CheckpointAsk:
+    return CheckpointAsk(StopCause.SUSPEND, ("c",), ("chief-uid",), "chief-uid", "127.0.0.1", 3.0, 7.0)
+
+
+def _asked(handler: Callable[[web.Request], Awaitable[web.Response]] | None, ask: CheckpointAsk) -> Any:
+    """The outcome of asking a chief served by `handler` on loopback (None: nothing listens)."""
+
+    async def scenario() -> Any:
+        app = web.Application()
+        if handler is not None:
+            app.router.add_post(CHECKPOINT_PATH, handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        if handler is None:
+            await runner.cleanup()
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await polling.ask_checkpoint(session, port, ask, None)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(scenario())
+
+
+def test_the_checkpoint_ask_posts_its_deadline_and_hold_and_reads_the_answer() -> None:
+    bodies: list[Any] = []
+
+    async def chief(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        return web.json_response({"checkpointStep": 340, "checkpointPath": "/ckpt/c-4", "saved": True})
+
+    outcome = _asked(chief, _ask())
+    assert bodies == [{"deadlineSeconds": 3.0, "holdSeconds": 7.0}]
+    assert outcome.saved and outcome.answer.checkpoint_step == 340 and outcome.status == 200
+
+
+def test_a_refusal_or_an_answer_that_is_no_checkpoint_answer_is_an_outcome_without_a_checkpoint() -> None:
+    async def refusing(request: web.Request) -> web.Response:
+        return web.json_response({"reason": "ps-1 does not answer"}, status=503)
+
+    async def other(request: web.Request) -> web.Response:
+        return web.Response(status=404, text="404: Not Found")
+
+    refused = _asked(refusing, _ask())
+    assert not refused.saved and refused.answer.reason == "ps-1 does not answer"
+    unknown = _asked(other, _ask())
+    assert not unknown.saved and "HTTP 404" in (unknown.answer.reason or "")
+
+
+def test_nothing_listening_or_a_chief_that_refused_its_progress_port_is_no_wait() -> None:
+    assert "could not be asked" in (_asked(None, _ask()).answer.reason or "")
+    refusals = polling.refused(None, "chief-uid", 0.0)
+    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals))
+    assert "does not serve its progress port" in (skipped.answer.reason or "")
