@@ -156,3 +156,14 @@ def test_an_answer_to_another_stop_is_not_taken_for_this_one() -> None:
     other = CheckpointAsk(StopCause.DRAIN, ("ctr-ps-1",), ("ctr-ps-1-uid",), "c", "10.0.0.1", 60.0, 60.0)
     plan = _reconcile(obj, BASE, CheckpointOutcome(other, 200, SAVED, NOW))
     assert plan.ask_checkpoint is not None and plan.status["phase"] == "Running"
+
+
+def test_after_the_drain_checkpoint_the_restart_cuts_the_drained_ps_grace_and_waits_for_it() -> None:
+    """Its drain served the checkpoint; the new chief must not connect to it, nor wait out its grace."""
+    pods = _draining()
+    pods[2]["metadata"]["deletionGracePeriodSeconds"] = 30
+    obj = _running()
+    plan = _reconcile(obj, pods, _answered(_reconcile(obj, pods)))
+    assert plan.restarted and plan.hold_chief
+    assert plan.status["tracking"]["recycling"] == {"ctr-ps-0": "ctr-ps-0-uid", "ctr-ps-1": "ctr-ps-1-uid"}
+    assert {(d.pod, d.grace_seconds) for d in plan.delete_pods} >= {("ctr-ps-0", 1), ("ctr-ps-1", 1)}

@@ -17,12 +17,22 @@ def test_every_ps_unchanged_since_the_last_reconcile_served_the_old_chief() -> N
     }
 
 
-def test_a_ps_that_is_new_restarted_in_place_or_going_away_is_not_recycled() -> None:
+def test_a_ps_that_is_new_restarted_in_place_or_ended_is_not_recycled() -> None:
     tracking = Tracking.model_validate(tracking_of(BASE))
     replaced = [pod("ps", 0, uid="new"), pod("ps", 1, restarts=1), pod("worker", 0)]
     assert ps_recycle.serving_previous_chief(tracking, observed(replaced)) == {}
-    going = [pod("ps", 0, deleting=True), pod("ps", 1, phase="Failed")]
-    assert ps_recycle.serving_previous_chief(tracking, observed(going)) == {}
+    ended = [pod("ps", 0, phase="Failed"), pod("ps", 1, phase="Failed", deleting=True)]
+    assert ps_recycle.serving_previous_chief(tracking, observed(ended)) == {}
+
+
+def test_a_ps_being_deleted_while_it_still_serves_is_waited_for() -> None:
+    """A drained PS serves out its drain after its SIGTERM: the new chief must not connect to it."""
+    tracking = Tracking.model_validate(tracking_of(BASE))
+    draining = [pod("ps", 0, deleting=True), pod("ps", 1)]
+    assert ps_recycle.serving_previous_chief(tracking, observed(draining)) == {
+        "ctr-ps-0": "ctr-ps-0-uid",
+        "ctr-ps-1": "ctr-ps-1-uid",
+    }
     # Not tracked yet (the first reconcile that sees it): it never met a chief the operator knew.
     assert ps_recycle.serving_previous_chief(Tracking(), observed(BASE)) == {}
 

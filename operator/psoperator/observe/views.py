@@ -115,6 +115,7 @@ class PodView:
     disruption: str | None = None  # reason of a DisruptionTarget=True condition
     disrupted_at: str | None = None  # and since when
     deleted_at: str | None = None  # when its deletion was asked (deletionTimestamp less the grace period)
+    deletion_grace: int | None = None  # the grace period it is being deleted with
     pod_reason: str | None = None  # status.reason, e.g. Evicted
     created: str | None = None
     # Restart counts of the other containers (istio-proxy, fluent-bit, ...), by name.
@@ -205,6 +206,9 @@ def parse_pod(pod: Obj) -> PodView:
         disruption=str(disruption.get("reason") or "Disrupted") if disruption else None,
         disrupted_at=disruption.get("lastTransitionTime") if disruption else None,
         deleted_at=_deletion_asked(meta),
+        deletion_grace=_int(meta.get("deletionGracePeriodSeconds"))
+        if meta.get("deletionTimestamp")
+        else None,
         pod_reason=status.get("reason"),
         created=meta.get("creationTimestamp"),
         sidecar_restarts={str(s.get("name")): _int(s.get("restartCount")) or 0 for s in sidecars},

@@ -386,7 +386,12 @@ def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
     else:
         recycling = ps_recycle.still_there(d.old.tracking.recycling or {}, d.observed)
     d.status.tracking.recycling = recycling or None
-    stopping = {p.uid for p in d.observed.role_pods(Role.PS) if p.deleting}
+    # Deleted already, with no more grace than ours (a drained PS's longer grace is cut short).
+    stopping = {
+        p.uid
+        for p in d.observed.role_pods(Role.PS)
+        if p.deleting and (p.deletion_grace or 0) <= RECYCLED_PS_GRACE_SECONDS
+    }
     d.delete_pods += [
         PodDeletion(name, uid, RECYCLED_PS_GRACE_SECONDS)
         for name, uid in sorted(recycling.items())

@@ -17,17 +17,24 @@ from __future__ import annotations
 
 from psoperator.api.models import Tracking
 from psoperator.contract import Role
-from psoperator.observe.views import Observed
+from psoperator.observe.views import Observed, PodView
 from psoperator.status.tracking import unchanged_since
 
 
 def serving_previous_chief(tracking: Tracking, observed: Observed) -> dict[str, str]:
-    """PS pods (name to uid) unchanged since the last reconcile: they ran with the chief now replaced."""
+    """PS pods (name to uid) that ran with the chief now replaced: unchanged since the last
+    reconcile, or being deleted while they still run (a drained PS serves out its drain: the new
+    chief must not connect to it)."""
     return {
         p.name: p.uid
         for p in observed.role_pods(Role.PS)
-        if not (p.deleting or p.failed or p.node_lost) and unchanged_since(tracking.pods.get(p.name), p)
+        if not (p.failed or p.node_lost or p.terminated is not None) and _served(tracking, p)
     }
+
+
+def _served(tracking: Tracking, pod: PodView) -> bool:
+    known = tracking.pods.get(pod.name)
+    return known is not None and known.uid == pod.uid and (pod.deleting or unchanged_since(known, pod))
 
 
 def still_there(recycling: dict[str, str], observed: Observed) -> dict[str, str]:
