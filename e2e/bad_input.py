@@ -464,17 +464,19 @@ CREATE: tuple[BadInput, ...] = (
     ),
 )
 
-UPDATE: tuple[BadInput, ...] = tuple(
+# A resize (spec.ps.replicas, spec.worker.replicas) is a valid update; to no parameter server is not.
+RESIZE_TO_NOTHING = BadInput(
+    "resize-ps-to-0",
+    "spec.ps.replicas",
+    0,
+    ("spec.ps.replicas", "at least one parameter server"),
+    bounds_and_cel("spec.ps.replicas"),
+    update=True,
+)
+
+IMMUTABLE: tuple[BadInput, ...] = tuple(
     BadInput(id_, path, value, (expected,), cel(where), update=True)
     for id_, path, value, expected, where in (
-        ("ps-replicas", "spec.ps.replicas", 3, "spec.ps.replicas is immutable", "spec.ps.replicas"),
-        (
-            "worker-replicas",
-            "spec.worker.replicas",
-            8,
-            "spec.worker.replicas is immutable",
-            "spec.worker.replicas",
-        ),
         ("port", "spec.port", 2223, "spec.port is immutable", "spec.port"),
         (
             "chief-image",
@@ -537,6 +539,7 @@ UPDATE: tuple[BadInput, ...] = tuple(
     )
 )
 
+UPDATE = (RESIZE_TO_NOTHING, *IMMUTABLE)
 CATALOGUE = CREATE + UPDATE
 
 

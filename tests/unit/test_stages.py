@@ -66,6 +66,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "force_delete_lost_pods",
         "watch_scheduling",
         "checkpoint_before_drain",
+        "resize_job",
         "recover",
         "count_replicas",
         "set_phase",

@@ -7,12 +7,13 @@ the upstream Kubernetes schemas extracted into psoperator/schemas/. On top of th
 CEL rules (`x-kubernetes-validations`) that check what one field's schema cannot: bounds with a
 reason, the checkpoint dir's form, and which fields are immutable after creation.
 
-Immutable after creation: image, port, chief, ps (replicas included), worker (replicas included),
-evaluator, checkpoint, scheduling, model, failurePolicy.connectTimeoutSeconds (it is in every
-pod's environment). Mutable: all of runPolicy (suspend, activeDeadlineSeconds,
-ttlSecondsAfterFinished, cleanPodPolicy) and the rest of failurePolicy (maxRestarts,
-permanentExitCodes, workerPermanentExit, stallTimeoutSeconds, schedulingTimeoutSeconds,
-startupErrorGraceSeconds), which only the operator reads.
+Immutable after creation: image, port, chief, the ps and worker templates, evaluator, checkpoint,
+scheduling, model, failurePolicy.connectTimeoutSeconds (it is in every pod's environment).
+Mutable: spec.ps.replicas and spec.worker.replicas (a live resize: policies/resize.py), all of
+runPolicy (suspend, activeDeadlineSeconds, ttlSecondsAfterFinished, cleanPodPolicy) and the rest of
+failurePolicy (maxRestarts, permanentExitCodes, workerPermanentExit, stallTimeoutSeconds,
+schedulingTimeoutSeconds, startupErrorGraceSeconds, checkpointBeforeStopSeconds), which only the
+operator reads.
 
 `python -m psoperator.api.crd` prints the CRD; `--write` writes it into crds/ and the Helm chart.
 """
@@ -88,14 +89,8 @@ def _immutable_optional(field: str, why: str) -> Rule:
     )
 
 
-def _replica_rules(role: str, maximum: int, what: str, why_immutable: str) -> list[Rule]:
-    return [
-        Rule(
-            f"self >= 1 && self <= {maximum}",
-            f"spec.{role}.replicas must be 1 to {maximum}: {what}",
-        ),
-        Rule("self == oldSelf", f"spec.{role}.replicas is immutable after creation: {why_immutable}"),
-    ]
+def _replica_rules(role: str, maximum: int, what: str) -> list[Rule]:
+    return [Rule(f"self >= 1 && self <= {maximum}", f"spec.{role}.replicas must be 1 to {maximum}: {what}")]
 
 
 def _has_containers(role: str) -> Rule:
@@ -194,16 +189,12 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
         "ps",
         MAX_REPLICAS,
         "a job needs at least one parameter server to hold its variables",
-        "the variables are sharded over the parameter servers, and re-sharding a running job is not "
-        "supported in v1alpha1; delete and recreate the job (it resumes from its checkpoint)",
     ),
     ("spec", "worker"): _template_rules("worker"),
     ("spec", "worker", "replicas"): _replica_rules(
         "worker",
         MAX_WORKERS,
         "a job needs at least one worker to compute gradients",
-        "resizing the workers of a running job is not supported in v1alpha1; delete and recreate "
-        "the job (it resumes from its checkpoint)",
     ),
     ("spec", "evaluator"): [_has_containers("evaluator")],  # immutable as a whole (a rule on spec)
     ("spec", "checkpoint"): [

@@ -396,6 +396,16 @@ class PlannedStop(_Status):
     reason: str | None = Field(None, description="Why there was no checkpoint, when there was none.")
 
 
+class Shape(_Status):
+    """How many parameter servers and workers a chief attempt was started with."""
+
+    ps: int = Field(..., description="Parameter servers.")
+    workers: int = Field(..., description="Workers.")
+
+    def describe(self) -> str:
+        return f"{self.ps} PS, {self.workers} workers"
+
+
 class TrackedPod(_Status):
     """A long-running pod as the operator last saw it."""
 
@@ -528,6 +538,13 @@ class PSTrainingJobStatus(_Status):
         None, alias="resumedFromStep", description="Checkpoint step the current attempt resumed from."
     )
     checkpoint: CheckpointStatus | None = Field(None, description="The latest checkpoint seen.")
+    shape: Shape | None = Field(
+        None,
+        description=(
+            "The parameter servers and workers the running chief attempt uses; a resize (a change "
+            "of spec.ps.replicas or spec.worker.replicas) takes effect at the next attempt."
+        ),
+    )
     last_planned_stop: PlannedStop | None = Field(
         None,
         alias="lastPlannedStop",

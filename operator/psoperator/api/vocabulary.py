@@ -30,6 +30,7 @@ class ConditionType(enum.StrEnum):
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
+    RESIZED = "Resized"
     STALLED = "Stalled"
     UNSCHEDULABLE = "Unschedulable"
     SIZING_WARNING = "SizingWarning"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from psoperator.api.models import PSTrainingJobStatus
+from psoperator.api.models import PSTrainingJobStatus, Shape
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.observe.views import Observed
 from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome
@@ -87,6 +87,7 @@ class Draft(Actions):
     operator_namespace: str | None = None
     # The chief's answer to the job's latest checkpoint ask (the protocol keeps it in the JobState).
     checkpoint_outcome: CheckpointOutcome | None = None
+    requested: Shape | None = None  # the parameter servers and workers the spec asks for
 
     @classmethod
     def start(
@@ -132,6 +133,7 @@ class Draft(Actions):
             suspended=suspended,
             stopped=stopped,
             chief_stopped=chief_stopped,
+            shape=(self.status.shape.ps, self.status.shape.workers) if self.status.shape else None,
         )
 
     def condition(

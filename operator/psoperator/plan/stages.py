@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from psoperator.api.models import (
     FailureRecord,
     PSTrainingJobSpec,
+    Shape,
     Tracking,
 )
 from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
@@ -36,6 +37,7 @@ from psoperator.policies import (
     planned_stop,
     ps_recycle,
     recovery,
+    resize,
     scheduling,
     stall,
     success,
@@ -212,10 +214,58 @@ def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
     return _end(spec, d, Phase.FAILED, "Unschedulable", why, stop=True)
 
 
+def resize_job(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """spec.ps.replicas or spec.worker.replicas changed (resize.py): a checkpoint first if the chief
+    runs, then a restart with the new shape that counts nothing."""
+    wanted, current = d.requested, d.status.shape
+    if wanted is None or current is None or wanted == current or d.ask_checkpoint is not None:
+        return GO_ON
+    change = f"from {current.describe()} to {wanted.describe()}"
+    if _resize_refused(spec, d, wanted, change):
+        return GO_ON
+    if d.observed.current_chief_job(d.status.restarts) is None:  # the next attempt has the new shape
+        _resized(d, wanted, change)
+        return GO_ON
+    ask = planned_stop.ask_for(spec, d.observed, d.status.restarts, StopCause.RESIZE)
+    if ask is not None and _awaiting_checkpoint(d, ask):
+        message = f"resizing {change}: asking the chief for a checkpoint first"
+        d.condition(ConditionType.RESIZED, False, "Checkpointing", message)
+        return GO_ON
+    if ask is not None and d.status.last_planned_stop is not None:
+        change = f"{change}, {planned_stop.describe(d.status.last_planned_stop)}"
+    _resized(d, wanted, change)
+    d.restarted = True
+    d.status.restarts = d.old.restarts + 1
+    d.status.restart_checkpoint_step = d.status.checkpoint.step if d.status.checkpoint else None
+    d.condition(ConditionType.RESTARTING, True, "Resized", f"a new chief attempt with {wanted.describe()}")
+    return GO_ON
+
+
+def _resize_refused(spec: PSTrainingJobSpec, d: Draft, wanted: Shape, change: str) -> bool:
+    """spec.model.enforce refuses a shape whose parameter servers would not hold their shards."""
+    if spec.model is None:
+        return False
+    verdict = check_ps_memory(resize.with_shape(spec, wanted))
+    if verdict.level is not SizingLevel.REFUSE:
+        return False
+    message = f"not resized {change}: {verdict.message}; spec.model.enforce is true"
+    told = any(c.type == ConditionType.RESIZED and c.reason == "Undersized" for c in d.old.conditions)
+    d.condition(ConditionType.RESIZED, False, "Undersized", message)
+    if not told:
+        d.events.append(Event("Warning", "ResizeRefused", message))
+    return True
+
+
+def _resized(d: Draft, wanted: Shape, change: str) -> None:
+    d.status.shape = wanted
+    d.condition(ConditionType.RESIZED, True, "Resized", change)
+    d.events.append(Event("Normal", "Resized", change))
+
+
 def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """The recovery policy's decision, carried out on the draft (progress already merged in, so a
     chief that wrote a checkpoint and then failed made progress)."""
-    if d.ask_checkpoint is not None:  # a parameter server is stopping: its checkpoint comes first
+    if d.restarted or d.ask_checkpoint is not None:  # a resize restarted, or a checkpoint comes first
         return GO_ON
     decision = recovery.decide(spec, d.status, d.observed, d.now)
     _record_failures(d, decision)
@@ -312,9 +362,11 @@ def _roles(spec: PSTrainingJobSpec) -> str:
 
 
 def _recovered(d: Draft) -> None:
-    """Training runs again after a restart: how long the failure cost, from when it happened."""
+    """Training runs again after a restart: how long the failure cost, from when it happened (a
+    resize is no failure: not measured)."""
     failure = d.status.last_failure
-    d.recovery_seconds = d.seconds_since(parse_time(failure.time) if failure else None)
+    resized = any(c.type == ConditionType.RESTARTING and c.reason == "Resized" for c in d.old.conditions)
+    d.recovery_seconds = None if resized else d.seconds_since(parse_time(failure.time) if failure else None)
     resumed = d.status.resumed_from_step
     back = f"resumed from step {resumed}" if resumed is not None else "the chief runs again"
     took = f", {d.recovery_seconds:.0f}s after the failure" if d.recovery_seconds is not None else ""
@@ -412,6 +464,7 @@ STAGES: tuple[Stage, ...] = (
     force_delete_lost_pods,
     watch_scheduling,
     checkpoint_before_drain,
+    resize_job,
     recover,
     count_replicas,
     set_phase,
@@ -439,6 +492,7 @@ def plan_reconcile(
         refuse_invalid_spec(d, error)
         return d.plan()
     merge_progress(d.status, report, d.stamp)
+    spec = _running_shape(job, spec, d)
     for stage in STAGES:
         if stage(spec, d) is DECIDED:
             break
@@ -446,6 +500,17 @@ def plan_reconcile(
         d.render = d.options()
         d.wake_in(deadline.seconds_left(spec, d.status, d.now))
     return d.plan()
+
+
+def _running_shape(job: Obj, spec: PSTrainingJobSpec, d: Draft) -> PSTrainingJobSpec:
+    """The spec as the running attempt has it (resize.py): its shape, its pods. The shape is the
+    spec's until a job has one (a new job, or one an older operator started: its replicas could
+    not change)."""
+    d.requested = resize.requested(spec)
+    d.status.shape = d.status.shape or d.requested
+    name = job["metadata"]["name"]
+    d.observed, d.status.tracking = resize.within(d.observed, d.status.tracking, name, d.status.shape)
+    return resize.with_shape(spec, d.status.shape)
 
 
 def refuse_invalid_spec(d: Draft, error: ValidationError) -> None:

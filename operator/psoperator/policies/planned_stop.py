@@ -34,6 +34,7 @@ from psoperator.timeutil import format_time
 class StopCause(enum.StrEnum):
     SUSPEND = "Suspend"
     DRAIN = "Drain"  # a parameter server pod being deleted or disrupted
+    RESIZE = "Resize"  # spec.ps.replicas or spec.worker.replicas changed
 
 
 @dataclass(frozen=True)

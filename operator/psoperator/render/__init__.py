@@ -46,6 +46,9 @@ class RenderOptions:
     # The operator's own namespace, which alone may read the chief's progress port; None (run out of
     # cluster without --operator-namespace): no namespace may.
     operator_namespace: str | None = None
+    # The parameter servers and workers of the attempt that runs (status.shape), when the spec asks
+    # for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
+    shape: tuple[int, int] | None = None
 
 
 def changeable(manifest: Manifest) -> Manifest:
@@ -93,7 +96,8 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     opts = options or RenderOptions(**overrides)
     spec = PSTrainingJobSpec.model_validate(job["spec"])
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-    replicas = {Role.CHIEF: 1, Role.PS: spec.ps.replicas, Role.WORKER: spec.worker.replicas}
+    ps, workers = opts.shape or (spec.ps.replicas, spec.worker.replicas)
+    replicas = {Role.CHIEF: 1, Role.PS: ps, Role.WORKER: workers}
     cluster = cluster_spec(name, namespace, replicas, spec.port, opts.cluster_domain)
     owner = _owner_reference(job)
     workers_run = not (opts.suspended or opts.stopped)
@@ -110,6 +114,7 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     children += [render_service(name, namespace, role, spec.port) for role in roles]
 
     for role, role_spec in ((Role.PS, spec.ps), (Role.WORKER, spec.worker)):
+        count = replicas[role] if workers_run else 0
         template = render_pod_template(
             spec,
             name,
@@ -119,9 +124,7 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
             index=None,
             restart_policy="Always",
         )
-        children.append(
-            render_statefulset(name, namespace, role, role_spec.replicas if workers_run else 0, template)
-        )
+        children.append(render_statefulset(name, namespace, role, count, template))
 
     chief_template = render_pod_template(
         spec,

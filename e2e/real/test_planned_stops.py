@@ -1,0 +1,122 @@
+"""Planned stops cost no step, on real kubelets: before a suspend, and when a parameter server is
+evicted (what `kubectl drain` does to each pod, through the eviction API), the operator asks the
+running chief for a checkpoint (POST /checkpoint) and the next chief resumes from it.
+
+Steps lost: the last step the stopped chief reported (read from its progress port until it stops
+answering) minus the step the next chief resumed from. Each test prints it with how long the stop
+took (see the table at the end of the run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from e2e import psjobs
+from e2e.real.conftest import Figures
+from e2e.real.test_training import (
+    CHECKPOINT_STEPS,
+    LONGER_STEPS,
+    apply_example,
+    chief_pods,
+    progress,
+    running_chief,
+    wait_succeeded,
+)
+from e2e.util import wait_for
+
+Obj = dict[str, Any]
+
+
+class LastStep:
+    """The highest step a chief pod reports, polled from its progress port until it is stopped."""
+
+    def __init__(self, pod: Obj) -> None:
+        self.step = 0
+        self._pod, self._done = pod, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            with contextlib.suppress(OSError):  # refused or gone: the chief stopped serving
+                self.step = max(self.step, int(progress(self._pod).get("step", 0)))
+            self._done.wait(0.2)
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.step
+
+
+def events(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    listed = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    return list(listed.items)
+
+
+def test_a_suspend_checkpoints_first_and_the_resumed_job_loses_no_step(
+    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, figures: Figures
+) -> None:
+    name = apply_example(kubeconfig, namespace, steps=LONGER_STEPS)
+    chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
+    last = LastStep(chief)
+    asked = time.monotonic()
+    psjobs.patch_spec(k8s, namespace, name, {"runPolicy": {"suspend": True}})
+    psjobs.wait_phase(k8s, namespace, name, "Suspended", timeout=120)
+    wait_for(
+        lambda: not psjobs.live_pods(k8s, namespace, name, "chief"), timeout=120, message="the chief gone"
+    )
+    figures.record("suspend → chief pod gone", time.monotonic() - asked, "s")
+    stopped_at = last.stop()
+    status = psjobs.status(k8s, namespace, name)
+    stop = status["lastPlannedStop"]
+    assert stop["cause"] == "Suspend" and stop["checkpointStep"] >= CHECKPOINT_STEPS + 20, status
+    suspended = next(c for c in status["conditions"] if c["type"] == "Suspended")
+    assert f"after the checkpoint at step {stop['checkpointStep']}" in suspended["message"], suspended
+
+    psjobs.patch_spec(k8s, namespace, name, {"runPolicy": {"suspend": False}})
+    final = wait_succeeded(k8s, namespace, name)
+    resumed = final["resumedFromStep"]
+    assert resumed == stop["checkpointStep"] and final.get("countedRestarts", 0) == 0, final
+    figures.record("suspend: steps lost (last step reported minus resumed from)", str(stopped_at - resumed))
+    assert stopped_at - resumed == 0, (stopped_at, final)
+
+
+def test_an_evicted_parameter_server_is_checkpointed_for_and_its_restart_loses_no_step(
+    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, figures: Figures
+) -> None:
+    name = apply_example(kubeconfig, namespace, steps=LONGER_STEPS)
+    old_chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
+    last = LastStep(old_chief)
+    ps1 = next(p for p in psjobs.pods(k8s, namespace, name, "ps") if p["metadata"]["name"].endswith("-1"))
+    evicted = time.monotonic()
+    eviction = client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=ps1["metadata"]["name"], namespace=namespace)
+    )
+    client.CoreV1Api(k8s).create_namespaced_pod_eviction(ps1["metadata"]["name"], namespace, eviction)
+
+    def new_chief() -> Obj | None:
+        pods = chief_pods(k8s, namespace, name)
+        return next((p for p in pods if p["metadata"]["uid"] != old_chief["metadata"]["uid"]), None)
+
+    wait_for(new_chief, timeout=120, interval=0.2, message="a new chief pod")
+    figures.record("PS evicted → new chief pod", time.monotonic() - evicted, "s")
+    stopped_at = last.stop()
+    final = wait_succeeded(k8s, namespace, name)
+    stop = final["lastPlannedStop"]
+    assert stop["cause"] == "Drain" and stop["pods"] == [ps1["metadata"]["name"]], final
+    resumed = final["resumedFromStep"]
+    assert resumed == stop["checkpointStep"] and final.get("countedRestarts", 0) == 0, final
+    assert final["restarts"] == 1 and final["step"] == LONGER_STEPS, final
+    assert "CheckpointedBeforeStop" in [e.reason for e in events(k8s, namespace, name)]
+    figures.record(
+        "PS evicted: steps lost (last step reported minus resumed from)", str(stopped_at - resumed)
+    )
+    assert stopped_at - resumed == 0, (stopped_at, final)
