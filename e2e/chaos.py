@@ -266,15 +266,10 @@ def evict_pod(api: client.ApiClient, namespace: str, name: str) -> None:
     client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, eviction)
 
 
-def preempt_pod(
+def mark_disruption(
     api: client.ApiClient, namespace: str, name: str, preemptor: str = "e2e/high-priority"
 ) -> None:
-    """Preempts the pod the way kube-scheduler does for a higher-priority pod.
-
-    The scheduler first adds DisruptionTarget (reason PreemptionByScheduler) to the victim's
-    status, then deletes it gracefully.
-    """
-    core = client.CoreV1Api(api)
+    """What kube-scheduler does to a victim first: DisruptionTarget (PreemptionByScheduler) in its status."""
     disruption = {
         "type": "DisruptionTarget",
         "status": "True",
@@ -282,7 +277,15 @@ def preempt_pod(
         "message": f"default-scheduler: preempting to accommodate a higher priority pod {preemptor}",
         "lastTransitionTime": _now(),
     }
-    core.patch_namespaced_pod_status(
+    client.CoreV1Api(api).patch_namespaced_pod_status(
         name, namespace, {"status": {"conditions": [disruption]}}, _content_type=STRATEGIC_MERGE_PATCH
     )
-    core.delete_namespaced_pod(name, namespace)
+
+
+def preempt_pod(
+    api: client.ApiClient, namespace: str, name: str, preemptor: str = "e2e/high-priority"
+) -> None:
+    """Preempts the pod the way kube-scheduler does for a higher-priority pod: DisruptionTarget in
+    its status, then a graceful deletion."""
+    mark_disruption(api, namespace, name, preemptor)
+    client.CoreV1Api(api).delete_namespaced_pod(name, namespace)

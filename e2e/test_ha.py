@@ -94,3 +94,38 @@ def test_a_stopped_leader_hands_over_at_once(
     print(f"clean stop -> the standby holds the Lease: {time.monotonic() - started:.2f}s")
     psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+
+
+def test_a_disruption_seen_by_the_leader_is_never_counted_by_the_replica_that_takes_over(
+    k8s: client.ApiClient, namespace: str, replicas: tuple[list[OperatorProcess], str]
+) -> None:
+    """The leader sees a PS marked for preemption (DisruptionTarget) and is SIGKILLed; the PS is then
+    replaced while no replica leads. The new leader never saw it go: its status record says it was
+    a disruption, and the restart is not counted."""
+    leader, standby = _leader_and_standby(k8s, *replicas)
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    wait_for(lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["psEstablished"], timeout=30)
+    ps = psjobs.running_pod(k8s, namespace, "ctr", "ps", 0)
+    name, uid = ps["metadata"]["name"], ps["metadata"]["uid"]
+    chaos.mark_disruption(k8s, namespace, name)
+    wait_for(
+        lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["pods"][name].get("disruption"),
+        timeout=30,
+        message="the disruption recorded in status.tracking",
+    )
+    leader.kill()
+    client.CoreV1Api(k8s).delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: psjobs.running_pod(k8s, namespace, "ctr", "ps", 0)["metadata"]["uid"] != uid,
+        timeout=60,
+        message=f"{name} replaced while no replica leads",
+    )
+    status = wait_for(
+        lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("restarts") == 1 and s,
+        timeout=TAKEOVER_BUDGET_SECONDS * 2,
+        message="the restart, by the replica that took over",
+    )
+    assert status["countedRestarts"] == 0 and status["lastFailure"]["reason"] == "Preempted", status
+    holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["countedRestarts"] == 0, duration=5)
+    assert standby.running

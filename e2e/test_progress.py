@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from e2e import psjobs
+from e2e import chaos, psjobs
 from e2e.kubectl import _kubectl
 from e2e.operator_process import OperatorProcess
 from e2e.util import condition, holds_for, wait_for
-from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport
+from psoperator.contract import CHECKPOINT_PATH, DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport
 
 # Failure injection and loopback pod IPs need KWOK's simulated nodes.
 pytestmark = pytest.mark.usefixtures("kwok_only")
@@ -34,14 +34,25 @@ def serve_progress(
     hits: list[str],
     port: int = DEFAULT_PROGRESS_PORT,
     advance: bool = False,
+    checkpoint: dict[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Serves `report` (mutable: change it to move training along) at the chief's progress URL;
-    with `advance`, its step moves on by one at every request.
+    with `advance`, its step moves on by one at every request; with `checkpoint`, answers
+    POST /checkpoint with it.
 
-    Every request's path is appended to `hits`.
+    Every request's path is appended to `hits` (a POST's as "POST <path>").
     """
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hits.append(f"POST {self.path}")
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            answer = checkpoint if self.path == CHECKPOINT_PATH else None
+            self.send_response(200 if answer is not None else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps(answer).encode() if answer is not None else b"")
+
         def do_GET(self) -> None:
             hits.append(self.path)
             if advance:
@@ -163,3 +174,30 @@ def test_a_training_job_is_polled_once_per_resync_and_not_woken_by_its_own_statu
         assert written >= window / resync / 2, f"the step moved by {written} only"
     finally:
         operator.stop()
+
+
+def test_an_evicted_ps_makes_the_operator_ask_the_chief_for_a_checkpoint_before_the_restart(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
+    psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    wait_for(lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["psEstablished"], timeout=30)
+    chief = psjobs.running_pod(k8s, namespace, "ctr", "chief")
+    report = json.loads(ProgressReport(state="running", step=1400, checkpointStep=1200).to_json())
+    saved = {"checkpointStep": 1420, "checkpointPath": "/ckpt/ckpt-1420", "saved": True}
+    hits: list[str] = []
+    with serve_progress(chief["status"]["podIP"], report, hits, checkpoint=saved):
+        wait_for(lambda: psjobs.status(k8s, namespace, "ctr").get("step") == 1400, timeout=30)
+        chaos.evict_pod(k8s, namespace, "ctr-ps-1")
+        status = wait_for(
+            lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("restarts") == 1 and s,
+            timeout=30,
+            message="the restart after the evicted PS",
+        )
+    assert f"POST {CHECKPOINT_PATH}" in hits
+    stop = status["lastPlannedStop"]
+    assert (stop["cause"], stop["pods"], stop["checkpointStep"]) == ("Drain", ["ctr-ps-1"], 1420), status
+    assert status["countedRestarts"] == 0 and status["lastFailure"]["reason"] == "Evicted", status
+    events = client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr")
+    told = [e.message or "" for e in events.items if e.reason == "CheckpointedBeforeStop"]
+    assert len(told) == 1 and "step 1420" in told[0], told

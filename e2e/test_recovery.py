@@ -197,6 +197,10 @@ def test_suspend_and_resume(
             timeout=60,
             message="no pods while suspended",
         )
+    # KWOK's chief serves no progress port (a plain TensorFlow image neither): no checkpoint is
+    # waited for, and the status says why.
+    stop = psjobs.status(k8s, namespace, "ctr")["lastPlannedStop"]
+    assert stop["cause"] == "Suspend" and "does not serve" in stop["reason"], stop
     psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": False}})
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
     assert condition(status, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
@@ -310,6 +314,7 @@ MUTABLE_CHANGES: dict[str, Any] = {
         "schedulingTimeoutSeconds": 3600,
         "nodeLostTimeoutSeconds": 300,
         "startupErrorGraceSeconds": 600,
+        "checkpointBeforeStopSeconds": 120,
     },
     "runPolicy": {"ttlSecondsAfterFinished": 3600, "cleanPodPolicy": "Running"},
 }
@@ -342,3 +347,45 @@ def test_every_mutable_field_changes_a_running_job_without_a_warning_storm(
     # (the API server refuses to change them).
     assert _failure_rules(k8s, namespace) == rules_before
     assert psjobs.status(k8s, namespace, "ctr")["restarts"] == 0
+
+
+def _statefulset_replicas(k8s: client.ApiClient, namespace: str) -> dict[str, int]:
+    listed = as_json(k8s, client.AppsV1Api(k8s).list_namespaced_stateful_set(namespace))
+    return {s["metadata"]["name"]: s["spec"]["replicas"] for s in listed["items"]}
+
+
+@pytest.mark.parametrize(("ps", "workers"), [(3, 2), (1, 2), (2, 3), (2, 1)])
+def test_a_resize_restarts_with_the_new_shape_and_counts_nothing(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess, ps: int, workers: int
+) -> None:
+    chief, _ = _start(k8s, namespace)
+    spec = psjobs.get(k8s, namespace, "ctr")["spec"]  # type: ignore[index]
+    psjobs.patch_spec(
+        k8s,
+        namespace,
+        "ctr",
+        {"ps": {**spec["ps"], "replicas": ps}, "worker": {**spec["worker"], "replicas": workers}},
+    )
+    _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    wait_for(
+        lambda: _statefulset_replicas(k8s, namespace) == {"ctr-ps": ps, "ctr-worker": workers},
+        timeout=30,
+        message=f"the StatefulSets scaled to {ps} PS and {workers} workers",
+    )
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    assert status["shape"] == {"ps": ps, "workers": workers}, status
+    assert status["restarts"] == 1 and status["countedRestarts"] == 0 and "lastFailure" not in status, status
+    assert status["psReady"] == f"{ps}/{ps}", status
+    wait_for(
+        lambda: len(psjobs.live_pods(k8s, namespace, "ctr", "worker")) == workers,
+        timeout=60,
+        message=f"{workers} workers",
+    )
+    # The new chief's TF_CONFIG lists the new cluster.
+    new_chief = psjobs.running_pod(k8s, namespace, "ctr", "chief")
+    env = {e["name"]: e.get("value") for e in new_chief["spec"]["containers"][0]["env"]}
+    cluster = json.loads(env["TF_CONFIG"])["cluster"]
+    assert (len(cluster["ps"]), len(cluster["worker"])) == (ps, workers), cluster
+    reasons = [e.reason for e in _events(k8s, namespace)]
+    assert "Resized" in reasons and not {"PsFailed", "WorkerFailed", "ParameterServerLost"} & set(reasons)
+    holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=5)
