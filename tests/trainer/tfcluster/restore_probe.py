@@ -21,7 +21,7 @@ import numpy as np
 
 import pstrainer
 from pstrainer.cadence import Cadence
-from pstrainer.chief import STEP_KEY, VALUE_SUFFIX, Checkpointer, connect
+from pstrainer.chief import STEP_KEY, VALUE_SUFFIX, Checkpointer, checkpointed, connect
 from pstrainer.config import load_config
 from pstrainer.exits import Exiter
 from pstrainer.model import shards
@@ -36,8 +36,7 @@ def restored_variables(argv: list[str]) -> dict[str, Any]:
     checkpointer = Checkpointer(config, cluster, cadence, ProgressTracker())
     checkpointer.restore()
     cluster.watchdog.disarm()
-    variables = {f"model/{name}": p for name, p in cluster.model.named_parameters.items()}
-    variables |= {f"optimizer/accumulators/{i}": a for i, a in enumerate(cluster.optimizer.accumulators)}
+    variables = checkpointed(cluster.model, cluster.optimizer)
     out: dict[str, Any] = {f"value:{STEP_KEY}": np.array(checkpointer.step, np.int64)}
     for path, variable in variables.items():
         parts = shards(variable)

@@ -56,21 +56,32 @@ def checkpoint_step(path: str) -> int:
     return int(tf.train.load_checkpoint(path).get_tensor(STEP_KEY))
 
 
-def shape_mismatch(path: str, model: CtrModel) -> str | None:
-    """Why the checkpoint cannot restore into the model, or None: a parameter of another shape.
+def checkpointed(model: CtrModel, optimizer: Adagrad) -> dict[str, Any]:
+    """The model's and the optimizer's variables by their path in a checkpoint."""
+    paths = {f"model/{name}": parameter for name, parameter in model.named_parameters.items()}
+    paths |= {f"optimizer/accumulators/{i}": slot for i, slot in enumerate(optimizer.accumulators)}
+    return paths
+
+
+def shape_mismatch(path: str, variables: dict[str, Any]) -> str | None:
+    """Why the checkpoint cannot restore into these variables (checkpointed), or None.
 
     A partitioned variable is saved whole, so the shard count may change across a restore; its
     full shape (the vocabulary, for the embedding) may not.
     """
     saved = tf.train.load_checkpoint(path).get_variable_to_shape_map()
-    for name, parameter in model.named_parameters.items():
-        stored, wanted = saved.get(f"model/{name}{VALUE_SUFFIX}"), parameter.shape.as_list()
-        if stored is not None and stored != wanted:
-            return (
-                f"checkpoint {path} holds model/{name} of shape {stored}, the model's is {wanted}: "
-                "the vocabulary and the model's sizes must not change across a restore "
-                "(the number of parameter servers may)"
-            )
+    for key, variable in variables.items():
+        stored, wanted = saved.get(key + VALUE_SUFFIX), variable.shape.as_list()
+        if stored is None or stored == wanted:
+            continue
+        # The model's shapes are checked first: an accumulator alone differs in the older layout.
+        why = (
+            "an earlier pstrainer wrote it, with one accumulator per variable shard, which only it restores"
+            if key.startswith("optimizer/")
+            else "the vocabulary and the model's sizes must not change across a restore "
+            "(the number of parameter servers may)"
+        )
+        return f"checkpoint {path} holds {key} of shape {stored}, the model's is {wanted}: {why}"
     return None
 
 
@@ -155,7 +166,7 @@ class Checkpointer:
         self._manager = tf.train.CheckpointManager(
             self._checkpoint, config.checkpoint_dir, max_to_keep=MAX_TO_KEEP
         )
-        self._model = cluster.model
+        self._variables = checkpointed(cluster.model, cluster.optimizer)
         self._parameter_servers = config.cluster.get(Role.PS.value, [])
         self._cadence = cadence
         self.tracker = tracker
@@ -166,7 +177,7 @@ class Checkpointer:
         latest = self._manager.latest_checkpoint
         resumed: int | None = None
         if latest:
-            mismatch = shape_mismatch(latest, self._model)
+            mismatch = shape_mismatch(latest, self._variables)
             if mismatch is not None:
                 raise ConfigError(mismatch)  # the flags do not fit the job's checkpoints: exit 2
             self._checkpoint.restore(latest).assert_existing_objects_matched()
