@@ -7,9 +7,10 @@ TensorFlow is imported by five processes once instead of once per test.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from tfcluster.jobs import ctr_job
@@ -28,16 +29,34 @@ def _skip_reason() -> str | None:
     return reason
 
 
-@pytest.fixture(scope="module")
-def network() -> Iterator[PrivateNetwork]:
+def _require_namespaces() -> None:
+    """Skip (fail in CI) unless TensorFlow processes can run in private networks; clear stale ones."""
     reason = _skip_reason()
     if reason and os.environ.get("CI"):
         pytest.fail(f"the TensorFlow tests must run in CI: {reason}", pytrace=False)
     if reason:
         pytest.skip(reason)
     remove_stale(NETNS_PREFIX)
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[PrivateNetwork]:
+    _require_namespaces()
     with PrivateNetwork(f"{NETNS_PREFIX}{os.getpid()}") as net:
         yield net
+
+
+@pytest.fixture(scope="module")
+def networks() -> Iterator[Callable[[str], PrivateNetwork]]:
+    """Makes one private network per name, for a module whose clusters differ in their tasks;
+    all are removed when the module ends."""
+    _require_namespaces()
+    with contextlib.ExitStack() as stack:
+
+        def make(name: str) -> PrivateNetwork:
+            return stack.enter_context(PrivateNetwork(f"{NETNS_PREFIX}{os.getpid()}-{name}"))
+
+        yield make
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tfcluster.jobs import PS_DRAIN_SECONDS, ctr_job
-from tfcluster.launcher import LocalCluster, Process, wait_for
+from tfcluster.launcher import LocalCluster, Process, wait_exit, wait_for
 
 from psoperator.contract import CheckpointStatus, ExitCode, ProgressReport
 
@@ -60,16 +60,6 @@ def progress_where(
 
     result: ProgressReport = wait_for(what, check, STARTUP_SECONDS)
     return result
-
-
-def wait_exit(process: Process, timeout: float) -> int:
-    try:
-        code: int = process.wait(timeout)
-    except Exception as err:
-        raise AssertionError(
-            f"{process.pod.key} still running after {timeout:g} s:\n{process.log()[-4000:]}"
-        ) from err
-    return code
 
 
 def test_full_run_serves_progress_finishes_and_is_idempotent(cluster: LocalCluster, tmp_path: Path) -> None:

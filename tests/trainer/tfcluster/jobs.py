@@ -20,8 +20,11 @@ def ctr_job(
     interval_steps: int = 100,
     connect_timeout_seconds: int = 120,
     model: Sequence[str] = TINY_MODEL,
+    ps: int = 2,
+    workers: int = 2,
 ) -> dict[str, Any]:
-    """A PSTrainingJob as a user would write it: 2 ps, 2 workers, an evaluator, the example's flags."""
+    """A PSTrainingJob as a user would write it: 2 ps, 2 workers (unless told), an evaluator, the
+    example's flags."""
 
     def template(args: list[str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
         container: dict[str, Any] = {"name": "trainer"}
@@ -35,10 +38,10 @@ def ctr_job(
         "image": "ps-training-operator/trainer:0.1.0",
         "chief": {"template": template([*chief_args, *model])},
         "ps": {
-            "replicas": 2,
+            "replicas": ps,
             "template": template(env={"PSTRAINER_PS_DRAIN_SECONDS": str(PS_DRAIN_SECONDS)}),
         },
-        "worker": {"replicas": 2, "template": template()},
+        "worker": {"replicas": workers, "template": template()},
         "checkpoint": {"dir": str(checkpoint_dir), "intervalSteps": interval_steps},
         "failurePolicy": {"connectTimeoutSeconds": connect_timeout_seconds},
         "evaluator": {"template": template([*chief_args, *model])},

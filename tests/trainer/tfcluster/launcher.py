@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -158,8 +158,15 @@ class LocalCluster:
             raise ValueError("rerender may not change the cluster's tasks")
         self.job, self.pods = job, fresh
 
-    def start(self, key: str) -> Process:
+    def start(self, key: str, entrypoint: Sequence[str] | None = None) -> Process:
+        """Start a pod's process; with `entrypoint`, that program in place of the image's
+        entrypoint, with the pod's args and env."""
         pod = self.pods[key]
+        argv = (
+            pod.argv
+            if entrypoint is None
+            else container_argv(_containers(pod.template)[0], pod.env, entrypoint)
+        )
         if pod.termination_path and pod.termination_path.exists():
             pod.termination_path.unlink()
         self._starts += 1
@@ -171,7 +178,9 @@ class LocalCluster:
             **IMAGE_ENV,
             **pod.env,
         }
-        popen = self.network.popen(key, pod.argv, env, output)
+        if "PYTHONPATH" in os.environ:  # a test of a source tree runs that tree's trainer
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        popen = self.network.popen(key, argv, env, output)
         process = Process(pod=pod, popen=popen, log_path=log_path, started=time.monotonic(), _log=output)
         self.processes[key] = process
         return process
@@ -215,6 +224,17 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def wait_exit(process: Process, timeout: float) -> int:
+    """The process's exit code; an AssertionError with its log's tail if it runs past the timeout."""
+    try:
+        code: int = process.wait(timeout)
+    except Exception as err:
+        raise AssertionError(
+            f"{process.pod.key} still running after {timeout:g} s:\n{process.log()[-4000:]}"
+        ) from err
+    return code
 
 
 def tf_config_of(pod: Pod) -> Mapping[str, Any]:

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from psoperator.contract import CheckpointAnswer, CheckpointStatus, ExitCode, Role
 from pstrainer.cadence import Cadence
-from pstrainer.config import ModelConfig, TrainerConfig
+from pstrainer.config import ConfigError, ModelConfig, TrainerConfig
 from pstrainer.exits import ConnectWatchdog, Exiter, describe
 from pstrainer.model import Adagrad, CtrModel, make_train_step, synthetic_dataset
 from pstrainer.ondemand import CheckpointRequests, Outcome, unanswered
@@ -25,7 +25,9 @@ from pstrainer.progress import ProgressTracker
 
 log = logging.getLogger(__name__)
 
-STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
+# A variable's key in a checkpoint: its path from the tf.train.Checkpoint, then this.
+VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+STEP_KEY = "step" + VALUE_SUFFIX
 MAX_TO_KEEP = 3
 # A parameter server that does not accept a connection within this long cannot serve a save.
 PS_ANSWER_SECONDS = 3.0
@@ -52,6 +54,35 @@ def variable_partitioner(model: ModelConfig) -> Any:
 def checkpoint_step(path: str) -> int:
     """The global step stored in a checkpoint, read from its files without the cluster."""
     return int(tf.train.load_checkpoint(path).get_tensor(STEP_KEY))
+
+
+def checkpointed(model: CtrModel, optimizer: Adagrad) -> dict[str, Any]:
+    """The model's and the optimizer's variables by their path in a checkpoint."""
+    paths = {f"model/{name}": parameter for name, parameter in model.named_parameters.items()}
+    paths |= {f"optimizer/accumulators/{i}": slot for i, slot in enumerate(optimizer.accumulators)}
+    return paths
+
+
+def shape_mismatch(path: str, variables: dict[str, Any]) -> str | None:
+    """Why the checkpoint cannot restore into these variables (checkpointed), or None.
+
+    A partitioned variable is saved whole, so the shard count may change across a restore; its
+    full shape (the vocabulary, for the embedding) may not.
+    """
+    saved = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    for key, variable in variables.items():
+        stored, wanted = saved.get(key + VALUE_SUFFIX), variable.shape.as_list()
+        if stored is None or stored == wanted:
+            continue
+        # The model's shapes are checked first: an accumulator alone differs in the older layout.
+        why = (
+            "an earlier pstrainer wrote it, with one accumulator per variable shard, which only it restores"
+            if key.startswith("optimizer/")
+            else "the vocabulary and the model's sizes must not change across a restore "
+            "(the number of parameter servers may)"
+        )
+        return f"checkpoint {path} holds {key} of shape {stored}, the model's is {wanted}: {why}"
+    return None
 
 
 def run_chief(
@@ -135,6 +166,7 @@ class Checkpointer:
         self._manager = tf.train.CheckpointManager(
             self._checkpoint, config.checkpoint_dir, max_to_keep=MAX_TO_KEEP
         )
+        self._variables = checkpointed(cluster.model, cluster.optimizer)
         self._parameter_servers = config.cluster.get(Role.PS.value, [])
         self._cadence = cadence
         self.tracker = tracker
@@ -145,6 +177,9 @@ class Checkpointer:
         latest = self._manager.latest_checkpoint
         resumed: int | None = None
         if latest:
+            mismatch = shape_mismatch(latest, self._variables)
+            if mismatch is not None:
+                raise ConfigError(mismatch)  # the flags do not fit the job's checkpoints: exit 2
             self._checkpoint.restore(latest).assert_existing_objects_matched()
             resumed = int(self._global_step.numpy())
             log.info("resumed from step %d (checkpoint %s)", resumed, latest)

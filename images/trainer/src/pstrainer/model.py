@@ -74,8 +74,14 @@ class CtrModel(tf.Module):  # type: ignore[misc]  # TensorFlow ships no type hin
         self.output_bias = _variable("output_bias", (1,), _constant, value=0.0)
 
     @property
+    def named_parameters(self) -> dict[str, Any]:
+        """The parameters by attribute name, which is also their name in a checkpoint (model/<name>)."""
+        names = ("embedding", "hidden_kernel", "hidden_bias", "output_kernel", "output_bias")
+        return {name: getattr(self, name) for name in names}
+
+    @property
     def parameters(self) -> list[Any]:
-        return [self.embedding, self.hidden_kernel, self.hidden_bias, self.output_kernel, self.output_bias]
+        return list(self.named_parameters.values())
 
     def __call__(self, features: Features) -> tf.Tensor:
         user = tf.nn.embedding_lookup(self.embedding, features["user"])
@@ -86,10 +92,36 @@ class CtrModel(tf.Module):  # type: ignore[misc]  # TensorFlow ships no type hin
 
 
 class _Untracked:
-    """Holds references the checkpoint must not see twice (they belong to the model)."""
+    """Holds references the checkpoint must not see twice (they belong to the model or an accumulator)."""
 
     def __init__(self, variables: list[tf.Variable]) -> None:
         self.variables = variables
+
+
+def _accumulator(name: str, parameter: Any, initial: float) -> Any:
+    """Adagrad's accumulator of a parameter, each shard on its parameter shard's PS.
+
+    A sharded parameter gets a ShardedVariable, which checkpoints as one full-shape tensor as the
+    parameter does: the checkpoint then restores into any number of shards (parameter servers).
+    """
+    strategy = tf.distribute.get_strategy()
+    parts = []
+    for variable in shards(parameter):
+        with strategy.extended.colocate_vars_with(variable):
+            # A callable: the fill runs on the variable's parameter server, not on the chief.
+            parts.append(
+                tf.Variable(
+                    functools.partial(tf.fill, variable.shape, initial),
+                    shape=variable.shape,
+                    dtype=tf.float32,
+                    trainable=False,
+                    name=variable.name.split(":")[0].replace("/", "_") + "_accumulator",
+                )
+            )
+    if isinstance(parameter, tf.Variable):
+        return parts[0]
+    # The class ParameterServerStrategy itself wraps the shards of a partitioned variable in.
+    return tf.__internal__.distribute.ShardedVariable(parts, name=f"{name}_accumulator")
 
 
 class Adagrad(tf.Module):  # type: ignore[misc]
@@ -99,20 +131,13 @@ class Adagrad(tf.Module):  # type: ignore[misc]
         super().__init__(name="adagrad")
         self.learning_rate = learning_rate
         self._targets = _Untracked([v for p in model.parameters for v in shards(p)])
-        strategy = tf.distribute.get_strategy()
-        self.accumulators = []
-        for variable in self._targets.variables:
-            with strategy.extended.colocate_vars_with(variable):
-                # A callable: the fill runs on the variable's parameter server, not on the chief.
-                self.accumulators.append(
-                    tf.Variable(
-                        functools.partial(tf.fill, variable.shape, initial_accumulator),
-                        shape=variable.shape,
-                        dtype=tf.float32,
-                        trainable=False,
-                        name=variable.name.split(":")[0].replace("/", "_") + "_accumulator",
-                    )
-                )
+        # One per parameter, not per shard: the checkpoint's keys and shapes do not depend on the
+        # shard count.
+        self.accumulators = [
+            _accumulator(name, parameter, initial_accumulator)
+            for name, parameter in model.named_parameters.items()
+        ]
+        self._slots = _Untracked([a for accumulator in self.accumulators for a in shards(accumulator)])
 
     @property
     def targets(self) -> list[tf.Variable]:
@@ -121,7 +146,7 @@ class Adagrad(tf.Module):  # type: ignore[misc]
     def apply(self, gradients: Sequence[Any]) -> None:
         lr = tf.constant(self.learning_rate, tf.float32)
         epsilon = tf.constant(1e-7, tf.float32)
-        for grad, variable, accumulator in zip(gradients, self.targets, self.accumulators, strict=True):
+        for grad, variable, accumulator in zip(gradients, self.targets, self._slots.variables, strict=True):
             if grad is None:
                 continue
             if isinstance(grad, tf.IndexedSlices):
