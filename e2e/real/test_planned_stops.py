@@ -10,6 +10,7 @@ took (see the table at the end of the run).
 from __future__ import annotations
 
 import contextlib
+import http.client
 import threading
 import time
 from pathlib import Path
@@ -44,7 +45,7 @@ class LastStep:
 
     def _poll(self) -> None:
         while not self._done.is_set():
-            with contextlib.suppress(OSError):  # refused or gone: the chief stopped serving
+            with contextlib.suppress(OSError, http.client.HTTPException):  # the chief stopped serving
                 self.step = max(self.step, int(progress(self._pod).get("step", 0)))
             self._done.wait(0.2)
 
@@ -115,6 +116,8 @@ def test_an_evicted_parameter_server_is_checkpointed_for_and_its_restart_loses_n
     resumed = final["resumedFromStep"]
     assert resumed == stop["checkpointStep"] and final.get("countedRestarts", 0) == 0, final
     assert final["restarts"] == 1 and final["step"] == LONGER_STEPS, final
+    # Restarted for the PS as soon as the chief answered, not by the chief giving up on it later.
+    assert (final["lastFailure"]["role"], final["lastFailure"]["reason"]) == ("ps", "Evicted"), final
     assert "CheckpointedBeforeStop" in [e.reason for e in events(k8s, namespace, name)]
     figures.record(
         "PS evicted: steps lost (last step reported minus resumed from)", str(stopped_at - resumed)

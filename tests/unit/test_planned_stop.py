@@ -119,7 +119,8 @@ def test_a_parameter_server_being_stopped_makes_the_operator_ask_for_a_checkpoin
 def test_the_drain_checkpoint_is_told_once_and_a_second_drained_ps_asks_again() -> None:
     obj = _running()
     pods = _draining()
-    plan = _reconcile(obj, pods, _answered(_reconcile(obj, pods)))
+    asking = _reconcile(obj, pods)
+    plan = _reconcile({**obj, "status": asking.status}, pods, _answered(asking))
     assert plan.ask_checkpoint is None and plan.restarted  # then the PS's loss restarts the chief
     told = [e for e in plan.events if e.reason == "CheckpointedBeforeStop"]
     assert len(told) == 1 and "ctr-ps-1" in told[0].message and "step 340" in told[0].message
@@ -163,7 +164,8 @@ def test_after_the_drain_checkpoint_the_restart_cuts_the_drained_ps_grace_and_wa
     pods = _draining()
     pods[2]["metadata"]["deletionGracePeriodSeconds"] = 30
     obj = _running()
-    plan = _reconcile(obj, pods, _answered(_reconcile(obj, pods)))
+    asking = _reconcile(obj, pods)
+    plan = _reconcile({**obj, "status": asking.status}, pods, _answered(asking))
     assert plan.restarted and plan.hold_chief
     assert plan.status["tracking"]["recycling"] == {"ctr-ps-0": "ctr-ps-0-uid", "ctr-ps-1": "ctr-ps-1-uid"}
     assert {(d.pod, d.grace_seconds) for d in plan.delete_pods} >= {("ctr-ps-0", 1), ("ctr-ps-1", 1)}

@@ -317,7 +317,10 @@ def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
 
 def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """What to watch next time, and the per-role counts `kubectl get` shows."""
+    kept = d.status.tracking.pods  # as found (within the running shape)
     d.status.tracking = tracking.next_tracking(d.old, d.observed, spec.ps.replicas, d.restarted)
+    if d.ask_checkpoint is not None:  # recover waits for the answer: what it will judge stays tracked
+        d.status.tracking.pods = {**kept, **d.status.tracking.pods}
     d.write_now = tracking.ps_tracking_changed(d.old.tracking, d.status.tracking, d.observed)
     grace = spec.failure_policy.startup_error_grace_seconds
     stuck = tracking.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
