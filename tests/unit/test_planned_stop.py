@@ -169,3 +169,15 @@ def test_after_the_drain_checkpoint_the_restart_cuts_the_drained_ps_grace_and_wa
     assert plan.restarted and plan.hold_chief
     assert plan.status["tracking"]["recycling"] == {"ctr-ps-0": "ctr-ps-0-uid", "ctr-ps-1": "ctr-ps-1-uid"}
     assert {(d.pod, d.grace_seconds) for d in plan.delete_pods} >= {("ctr-ps-0", 1), ("ctr-ps-1", 1)}
+
+
+def test_a_job_resumed_while_its_ps_still_drain_holds_its_chief_until_they_are_gone() -> None:
+    """A suspension scales the PS away and each serves out its drain: a new chief created then would
+    connect to a PS that is about to exit."""
+    obj = _running(runPolicy={"suspend": True})
+    suspended = _reconcile(obj, BASE, _answered(_reconcile(obj, BASE)))
+    draining = [pod("ps", 0, deleting=True), pod("ps", 1, deleting=True)]
+    resumed = {**job(), "status": suspended.status}
+    plan = plan_reconcile(resumed, observed(draining), None, NOW)
+    assert plan.hold_chief and plan.requeue_after is not None and plan.requeue_after <= 0.5
+    assert not plan_reconcile(resumed, observed([]), None, NOW).hold_chief

@@ -452,7 +452,9 @@ def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
         for name, uid in sorted(recycling.items())
         if uid not in stopping
     ]
-    if recycling:
+    # A PS still stopping (recycled, or scaled away by a suspension: it serves out its drain) keeps
+    # its name's address: a new chief would connect to it, and fail when it exits.
+    if recycling or any(p.deleting and not p.node_lost for p in d.observed.role_pods(Role.PS)):
         d.hold_chief = True
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
     return GO_ON
