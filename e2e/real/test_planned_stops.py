@@ -62,12 +62,17 @@ def events(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
     return list(listed.items)
 
 
+def training(kubeconfig: Path, k8s: client.ApiClient, namespace: str) -> tuple[str, Obj, LastStep]:
+    """The example job, its chief past its first checkpoint, and the watch of that chief's steps."""
+    name = apply_example(kubeconfig, namespace, steps=LONGER_STEPS)
+    chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
+    return name, chief, LastStep(chief)
+
+
 def test_a_suspend_checkpoints_first_and_the_resumed_job_loses_no_step(
     kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, figures: Figures
 ) -> None:
-    name = apply_example(kubeconfig, namespace, steps=LONGER_STEPS)
-    chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
-    last = LastStep(chief)
+    name, _, last = training(kubeconfig, k8s, namespace)
     asked = time.monotonic()
     psjobs.patch_spec(k8s, namespace, name, {"runPolicy": {"suspend": True}})
     psjobs.wait_phase(k8s, namespace, name, "Suspended", timeout=120)
@@ -93,9 +98,7 @@ def test_a_suspend_checkpoints_first_and_the_resumed_job_loses_no_step(
 def test_an_evicted_parameter_server_is_checkpointed_for_and_its_restart_loses_no_step(
     kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, figures: Figures
 ) -> None:
-    name = apply_example(kubeconfig, namespace, steps=LONGER_STEPS)
-    old_chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
-    last = LastStep(old_chief)
+    name, old_chief, last = training(kubeconfig, k8s, namespace)
     ps1 = next(p for p in psjobs.pods(k8s, namespace, name, "ps") if p["metadata"]["name"].endswith("-1"))
     evicted = time.monotonic()
     eviction = client.V1Eviction(

@@ -234,9 +234,7 @@ def resize_job(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if ask is not None and d.status.last_planned_stop is not None:
         change = f"{change}, {planned_stop.describe(d.status.last_planned_stop)}"
     _resized(d, wanted, change)
-    d.restarted = True
-    d.status.restarts = d.old.restarts + 1
-    d.status.restart_checkpoint_step = d.status.checkpoint.step if d.status.checkpoint else None
+    _start_new_attempt(d)
     d.condition(ConditionType.RESTARTING, True, "Resized", f"a new chief attempt with {wanted.describe()}")
     return GO_ON
 
@@ -272,11 +270,8 @@ def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if decision.action is RecoveryAction.FAIL:
         return _end(spec, d, Phase.FAILED, decision.reason, decision.message, stop=True)
     if decision.action is RecoveryAction.RESTART_FROM_CHECKPOINT:
-        status = d.status
-        d.restarted = True
-        status.counted_restarts = decision.counted_restarts
-        status.restarts = d.old.restarts + 1
-        status.restart_checkpoint_step = status.checkpoint.step if status.checkpoint else None
+        _start_new_attempt(d)
+        d.status.counted_restarts = decision.counted_restarts
         # Every restart is told, not only the first of a series: no flip needed.
         d.events.append(Event("Warning", decision.reason, decision.message))
         d.condition(ConditionType.RESTARTING, True, decision.reason, decision.message)
@@ -302,6 +297,13 @@ def checkpoint_before_drain(spec: PSTrainingJobSpec, d: Draft) -> bool:
         else:
             d.events.append(Event("Normal", "CheckpointedBeforeStop", planned_stop.describe_drain(stop)))
     return GO_ON
+
+
+def _start_new_attempt(d: Draft) -> None:
+    """A coordinated restart: the next chief attempt, from the checkpoint there is now."""
+    d.restarted = True
+    d.status.restarts = d.old.restarts + 1
+    d.status.restart_checkpoint_step = d.status.checkpoint.step if d.status.checkpoint else None
 
 
 def _record_failures(d: Draft, decision: RecoveryDecision) -> None:
