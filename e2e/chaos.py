@@ -37,6 +37,7 @@ from e2e.util import WaitTimeout, as_json, condition, get_node, get_pod, get_pod
 ANNOTATION_EXIT_CODE = "psoperator.io/chaos-exit-code"
 ANNOTATION_REASON = "psoperator.io/chaos-reason"
 ANNOTATION_MESSAGE = "psoperator.io/chaos-message"
+ANNOTATION_DRAIN = "psoperator.io/chaos-drain"
 LABEL_NODE_NOT_READY = "psoperator.io/chaos-not-ready"
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -255,13 +256,17 @@ def make_node_ready(api: client.ApiClient, node: str, timeout: float = DEFAULT_T
     )
 
 
-def evict_pod(api: client.ApiClient, namespace: str, name: str) -> None:
+def evict_pod(api: client.ApiClient, namespace: str, name: str, drain_seconds: float = 0) -> None:
     """Evicts the pod through the Eviction API, as `kubectl drain` or the descheduler do.
 
     The API server adds DisruptionTarget (reason EvictionByEvictionAPI) and deletes the pod
-    gracefully; the simulated kubelet then fails and removes it. Raises ApiException 429 when a
-    PodDisruptionBudget forbids the eviction, like the real API.
+    gracefully; the simulated kubelet keeps it running `drain_seconds` (a PS serving on after its
+    SIGTERM), then fails and removes it. Raises ApiException 429 when a PodDisruptionBudget
+    forbids the eviction, like the real API.
     """
+    if drain_seconds:
+        drain = {"metadata": {"annotations": {ANNOTATION_DRAIN: f"{drain_seconds}s"}}}
+        client.CoreV1Api(api).patch_namespaced_pod(name, namespace, drain, _content_type=MERGE_PATCH)
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
     client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, eviction)
 

@@ -331,6 +331,21 @@ def test_evict_pod_sets_disruption_target_then_fails_and_deletes_it(
     assert "Failed" in history.phases()
 
 
+def test_an_evicted_pod_with_a_drain_time_keeps_running_that_long_then_is_removed(
+    k8s: client.ApiClient, namespace: str, running_pod: str, kwok_only: None
+) -> None:
+    history = PodHistory(k8s, namespace, running_pod)
+    chaos.evict_pod(k8s, namespace, running_pod, drain_seconds=4)
+
+    def draining() -> bool:
+        pod = get_pod(k8s, namespace, running_pod)
+        return bool(pod["metadata"].get("deletionTimestamp")) and pod["status"]["phase"] == "Running"
+
+    holds_for(draining, duration=2.5, message=f"{running_pod} running while it drains")
+    history.wait_deleted(timeout=30)
+    assert "Failed" in history.phases()
+
+
 def test_preempt_pod_sets_disruption_target_then_fails_and_deletes_it(
     k8s: client.ApiClient, namespace: str, running_pod: str
 ) -> None:

@@ -188,7 +188,7 @@ def test_an_evicted_ps_makes_the_operator_ask_the_chief_for_a_checkpoint_before_
     hits: list[str] = []
     with serve_progress(chief["status"]["podIP"], report, hits, checkpoint=saved):
         wait_for(lambda: psjobs.status(k8s, namespace, "ctr").get("step") == 1400, timeout=30)
-        chaos.evict_pod(k8s, namespace, "ctr-ps-1")
+        chaos.evict_pod(k8s, namespace, "ctr-ps-1", drain_seconds=8)
         status = wait_for(
             lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("restarts") == 1 and s,
             timeout=30,
