@@ -95,6 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         resyncs_per_second=args.resyncs_per_second,
         progress_port=args.progress_port,
+        kueue=args.kueue,
         faults=faults,
     )
     kube = Kube(on_response=metrics.api_request, timeout=args.api_timeout_seconds)
@@ -249,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_PROGRESS_PORT,
         help="port of the chief's progress endpoint (the trainer's PSOP_PROGRESS_PORT)",
+    )
+    run.add_argument(
+        "--no-kueue",
+        dest="kueue",
+        action="store_false",
+        help="never queue jobs with Kueue, even where it is installed (labelled jobs wait, saying so)",
     )
     run.set_defaults(func=_run)
 

@@ -36,6 +36,8 @@ CHILDREN = (
     ("batch", "v1", "jobs"),
     ("v1", "configmaps"),
     ("networking.k8s.io", "v1", "networkpolicies"),
+    # A queued job's Workload; kopf watches it only where Kueue is installed.
+    ("kueue.x-k8s.io", "v1beta2", "workloads"),
 )
 # How often a starting operator asks whether its CRD is served yet.
 CRD_POLL_SECONDS = 2.0
@@ -169,6 +171,7 @@ async def pod_changed(type: str, body: kopf.Body, memo: Any, logger: Any, **_: A
 @kopf.on.event(*CHILDREN[2], labels={LABEL_JOB: kopf.PRESENT}, id="job-child-changed")
 @kopf.on.event(*CHILDREN[3], labels={LABEL_JOB: kopf.PRESENT}, id="configmap-changed")
 @kopf.on.event(*CHILDREN[4], labels={LABEL_JOB: kopf.PRESENT}, id="networkpolicy-changed")
+@kopf.on.event(*CHILDREN[5], labels={LABEL_JOB: kopf.PRESENT}, id="workload-changed")
 async def child_changed(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
     state = _state(memo)
     wake(state, state.cache.child_seen(type, dict(body)))

@@ -24,6 +24,8 @@ from psoperator.api.labels import LABEL_JOB
 from psoperator.plan.children import ChildChange, ChildVerb, plan_children
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import changeable
+from psoperator.render.workload import GROUP as KUEUE_GROUP
+from psoperator.render.workload import VERSION as KUEUE_VERSION
 
 Obj = dict[str, Any]
 Kept = TypeVar("Kept")
@@ -41,7 +43,10 @@ _PATHS = {
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Job": ("/apis/batch/v1", "jobs"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "Workload": (f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}", "workloads"),
 }
+# Changed by a merge patch of their changeable fields only (render.changeable), never applied whole.
+_MERGE_PATCHED = ("Job", "Workload")
 
 
 def load_config() -> None:
@@ -216,6 +221,17 @@ class Kube:
                 raise StaleJob(f"{namespace}/{name} changed since version {resource_version}") from None
             raise
 
+    def patch_workload_status(self, namespace: str, name: str, patch: Obj, resource_version: str) -> None:
+        """Patch a Workload's status computed from its version `resource_version` (a 409 if it moved
+        since: Kueue wrote it; the next reconcile decides again from the new one)."""
+        path = f"{self._path('Workload', namespace, name)}/status"
+        body = {"metadata": {"resourceVersion": resource_version}, "status": patch}
+        self._call("PATCH", path, body, content_type="application/merge-patch+json")
+
+    def get_kueue_object(self, plural: str, name: str) -> Obj | None:
+        """A cluster-scoped Kueue object (a ResourceFlavor, a WorkloadPriorityClass); None if none."""
+        return self._get(f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/{plural}/{name}")
+
     def delete_job(self, namespace: str, name: str, uid: str) -> None:
         self._delete_at(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}", uid)
 
@@ -334,9 +350,10 @@ class Kube:
                 raise
 
     def _patch(self, path: str, manifest: Obj) -> None:
-        if manifest["kind"] == "Job":
-            # Only the fields a Job lets change, as a merge patch: an apply of the partial object
-            # would remove the immutable fields it leaves out, and one of the whole is refused.
+        if manifest["kind"] in _MERGE_PATCHED:
+            # Only the fields a Job (or a Workload) lets change, as a merge patch: an apply of the
+            # partial object would remove the immutable fields it leaves out, and one of the whole
+            # is refused.
             # A dict: the client JSON-encodes bodies of JSON content types (a str would be sent as
             # a JSON string, which the API server refuses).
             self._call(

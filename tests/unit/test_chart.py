@@ -170,9 +170,18 @@ NAMESPACED = (
     | _expect(["networking.k8s.io"], ["networkpolicies"], OWNED)
     | _expect([""], ["pods"], "list watch delete")
     | _expect(["", "events.k8s.io"], ["events"], "create patch")
+    | _expect(["kueue.x-k8s.io"], ["workloads"], OWNED)
+    | _expect(["kueue.x-k8s.io"], ["workloads/status"], "patch")
 )
-CLUSTER_SCOPED = _expect([""], ["nodes"], "list watch") | _expect(
-    ["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch"
+CLUSTER_SCOPED = (
+    _expect([""], ["nodes"], "list watch")
+    | _expect(["apiextensions.k8s.io"], ["customresourcedefinitions"], "list watch")
+    | _expect(["kueue.x-k8s.io"], ["resourceflavors", "workloadpriorityclasses"], "get")
+)
+KUEUE = (
+    _expect(["kueue.x-k8s.io"], ["workloads"], OWNED)
+    | _expect(["kueue.x-k8s.io"], ["workloads/status"], "patch")
+    | _expect(["kueue.x-k8s.io"], ["resourceflavors", "workloadpriorityclasses"], "get")
 )
 
 
@@ -180,6 +189,14 @@ def test_cluster_role_grants_exactly_what_the_operator_needs(helm: str) -> None:
     expected = NAMESPACED | CLUSTER_SCOPED | _expect([""], ["namespaces"], "list watch")
     objects = render(helm)
     assert _grants(one(objects, "ClusterRole")["rules"]) == expected
+
+
+def test_kueue_switched_off_grants_nothing_of_kueue_and_the_operator_never_queues(helm: str) -> None:
+    objects = render(helm, "--set", "kueue.enabled=false")
+    expected = (NAMESPACED | CLUSTER_SCOPED | _expect([""], ["namespaces"], "list watch")) - KUEUE
+    assert _grants(one(objects, "ClusterRole")["rules"]) == expected
+    [container] = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--no-kueue" in container["args"]
 
 
 def test_namespace_scoped_mode_grants_roles_in_the_listed_namespaces_only(helm: str) -> None:

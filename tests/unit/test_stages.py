@@ -61,6 +61,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "when_finished",
         "admit_sizing",
         "suspend_or_resume",
+        "wait_for_admission",
         "enforce_deadline",
         "detect_success",
         "force_delete_lost_pods",

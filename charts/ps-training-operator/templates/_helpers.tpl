@@ -80,6 +80,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.kueue.enabled }}
+# A queued job's Workload (the label kueue.x-k8s.io/queue-name): made, watched, deleted when its
+# shape changes; its status told that the job stopped after an eviction, runs, or finished.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- end }}
 
 {{/* Cluster-scoped reads, in every mode. */}}
@@ -93,6 +103,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+{{- if .Values.kueue.enabled }}
+# Kueue: the flavors an admission names (their node labels and tolerations) and the priority
+# classes queued jobs name.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors", "workloadpriorityclasses"]
+  verbs: ["get"]
+{{- end }}
 {{- end }}
 
 {{/*

@@ -14,5 +14,10 @@ ANNOTATION_HASH = f"{GROUP}/spec-hash"
 ANNOTATION_TRAINER_CONTAINER = f"{GROUP}/trainer-container"
 # The StatefulSet controller labels each pod with its ordinal (Kubernetes >= 1.28).
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
-# The kinds of a job's children, as the renderers make them and the API client lists them.
-CHILD_KINDS = ("ConfigMap", "Service", "StatefulSet", "Job", "NetworkPolicy")
+# Kueue's labels on a job (queueing.py): the LocalQueue it waits in, and its WorkloadPriorityClass.
+LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
+# The kinds of a job's children, as the renderers make them and the API client lists them; a
+# queued job's Workload is one only where Kueue is installed (QUEUE_KINDS).
+CHILD_KINDS = ("ConfigMap", "Service", "StatefulSet", "Job", "NetworkPolicy", "Workload")
+QUEUE_KINDS = ("Workload",)

@@ -381,7 +381,11 @@ class PlannedStop(_Status):
     """A stop the cluster planned, and the checkpoint the chief wrote for it when asked."""
 
     cause: str = Field(
-        ..., description="Suspend, or Drain (a parameter server evicted, drained or preempted)."
+        ...,
+        description=(
+            "Suspend, Drain (a parameter server evicted, drained or preempted), Resize, or Evicted "
+            "(Kueue took the job's admission back: preemption, deactivation)."
+        ),
     )
     pods: list[str] = Field(default_factory=list, description="The pods whose stop it was.")
     uids: list[str] = Field(default_factory=list, description="Their uids: a stop is asked for once.")
@@ -394,6 +398,44 @@ class PlannedStop(_Status):
         None, description="Written for this stop (false: the latest checkpoint already was at the step)."
     )
     reason: str | None = Field(None, description="Why there was no checkpoint, when there was none.")
+
+
+class Toleration(_Status):
+    """A toleration a ResourceFlavor gives the pods it places (as core/v1 spells it)."""
+
+    key: str | None = Field(None, description="The taint key.")
+    operator: str | None = Field(None, description="Exists or Equal.")
+    value: str | None = Field(None, description="The taint value.")
+    effect: str | None = Field(None, description="NoSchedule, PreferNoSchedule or NoExecute.")
+    toleration_seconds: int | None = Field(None, alias="tolerationSeconds", description="For NoExecute.")
+
+
+class PodSetAdmission(_Status):
+    """What Kueue's admission puts on one role's pods (its pod set in the Workload)."""
+
+    name: str = Field(..., description="The pod set: chief, ps, worker or evaluator.")
+    flavors: dict[str, str] = Field(default_factory=dict, description="Resource name -> ResourceFlavor.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        alias="nodeSelector",
+        description="The flavors' nodeLabels, and admission checks'.",
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, description="The flavors' tolerations.")
+    labels: dict[str, str] = Field(default_factory=dict, description="From admission checks' podSetUpdates.")
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="From admission checks' podSetUpdates."
+    )
+
+
+class Admission(_Status):
+    """The Workload that Kueue admitted, and what it puts on the job's pods."""
+
+    workload: str = Field(..., description="The Workload's name.")
+    cluster_queue: str = Field(..., alias="clusterQueue", description="The ClusterQueue that admitted it.")
+    pod_sets: list[PodSetAdmission] = Field(default_factory=list, alias="podSets", description="Per role.")
+
+    def of(self, name: str) -> PodSetAdmission | None:
+        return next((p for p in self.pod_sets if p.name == name), None)
 
 
 class Shape(_Status):
@@ -543,6 +585,13 @@ class PSTrainingJobStatus(_Status):
         description=(
             "The parameter servers and workers the running chief attempt uses; a resize (a change "
             "of spec.ps.replicas or spec.worker.replicas) takes effect at the next attempt."
+        ),
+    )
+    admission: Admission | None = Field(
+        None,
+        description=(
+            "A queued job's admission by Kueue (the label kueue.x-k8s.io/queue-name): what its pods "
+            "run with; none while it waits."
         ),
     )
     last_planned_stop: PlannedStop | None = Field(

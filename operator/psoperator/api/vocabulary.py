@@ -17,6 +17,7 @@ class Phase(enum.StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    QUEUED = "Queued"  # waiting for Kueue to admit it (queueing.py)
 
 
 # After these nothing is decided any more: only clean-up and the TTL.
@@ -30,6 +31,7 @@ class ConditionType(enum.StrEnum):
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUSPENDED = "Suspended"
+    QUEUED = "Queued"
     RESIZED = "Resized"
     STALLED = "Stalled"
     UNSCHEDULABLE = "Unschedulable"

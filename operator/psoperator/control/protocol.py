@@ -40,11 +40,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
-from psoperator.api.labels import CHILD_KINDS
+from psoperator.api.labels import CHILD_KINDS, QUEUE_KINDS
 from psoperator.api.models import Tracking
 from psoperator.contract import ProgressReport
-from psoperator.control import polling
+from psoperator.control import kueue, polling
 from psoperator.control.state import JobState, OperatorState
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import ApplyResult, in_thread
@@ -56,6 +57,7 @@ from psoperator.plan.children import ChildChange, children_fingerprint, plan_chi
 from psoperator.plan.draft import ReconcilePlan
 from psoperator.plan.stages import plan_reconcile
 from psoperator.policies import node_lost
+from psoperator.policies.queueing import WorkloadPatch
 from psoperator.render import render_children
 from psoperator.status.patch import merge_patch
 
@@ -81,7 +83,7 @@ class Decision:
         """Nothing to do beyond a status write: no child to change, pod to delete, restart or event."""
         plan = self.plan
         acts = plan.restarted or plan.delete_job or plan.delete_pods or plan.events or plan.failures
-        asks = plan.ask_checkpoint is not None
+        asks = plan.ask_checkpoint is not None or plan.workload_patch is not None
         return not (acts or asks or plan.write_now or self.changes or self.conflicts)
 
 
@@ -91,8 +93,10 @@ async def read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
     job = await in_thread(state.kube.get_job, *key)
     if job is None:
         return None
+    queued = await kueue.lists_workloads(state, job)
+    kinds = [kind for kind in CHILD_KINDS if queued or kind not in QUEUE_KINDS]
     *listed, pods = await asyncio.gather(
-        *(in_thread(state.kube.list_children, *key, kind) for kind in CHILD_KINDS),
+        *(in_thread(state.kube.list_children, *key, kind) for kind in kinds),
         in_thread(state.kube.list_pods, *key, parse_pod),
     )
     children = [child for kind in listed for child in kind]
@@ -124,6 +128,7 @@ async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed
             await in_thread(state.kube.list_pods, *key, parse_pod) if fresh or cached is None else cached.pods
         )
         observed = of(pods)
+    observed = replace(observed, kueue=await kueue.kueue_view(state, job, observed))
     return with_nodes(state, observed)
 
 
@@ -256,6 +261,8 @@ async def act(
     state.metrics.record(namespace, name, read_job(job, plan, decision.now))
     if plan.restarted:
         crash_at(Fault.EXIT_AFTER_RESTART_STATUS_WRITE, state.config.faults)
+    if plan.workload_patch is not None:
+        await write_workload_status(state, namespace, plan.workload_patch)
     if plan.ask_checkpoint is not None:  # the stop waits for the answer (up to the ask's deadline)
         port = state.config.progress_port
         ask, refusals = plan.ask_checkpoint, job_state.refusals
@@ -274,6 +281,18 @@ async def act(
         tell_unmade(job_state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
+
+
+async def write_workload_status(state: OperatorState, namespace: str, patch: WorkloadPatch) -> None:
+    """A Workload's status as the plan computed it, unless Kueue wrote it since (409) or it is gone
+    (404): the next reconcile decides again from what is there."""
+    try:
+        await in_thread(
+            state.kube.patch_workload_status, namespace, patch.name, patch.status, patch.resource_version
+        )
+    except ApiException as error:
+        if error.status not in (404, 409):
+            raise
 
 
 def tell_unmade(job_state: JobState, job: Any, decision: Decision, result: ApplyResult) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -49,6 +50,7 @@ class Config:
     # The longest a job goes without a fresh read of its children (see observe/cache.py).
     fresh_read_seconds: float = 600.0
     progress_port: int = DEFAULT_PROGRESS_PORT
+    kueue: bool = True  # queue the jobs labelled for it where Kueue is installed (control/kueue.py)
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
 
 
@@ -95,6 +97,9 @@ class OperatorState:
     nodes: Mapping[str, Any] | None = None
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
+    # Whether Kueue's Workload API is served (control/kueue.py), and when that was last asked.
+    kueue_served: bool = False
+    kueue_checked_at: float = -math.inf
     # --- the jobs
     jobs: dict[JobKey, JobState] = field(default_factory=dict)
 

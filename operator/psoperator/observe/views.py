@@ -12,6 +12,7 @@ from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
 from psoperator.contract import Role
+from psoperator.observe.workload import KueueView, WorkloadView, parse_workload
 from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time
 
@@ -304,6 +305,9 @@ class Observed:
     departed: dict[str, PodView] = field(default_factory=dict)
     # The nodes of the job's pods, by name, from the node index (None: the node object is gone).
     nodes: dict[str, NodeView | None] = field(default_factory=dict)
+    # A queued job's Workload (the first by name if several are left), and what was read of Kueue.
+    workload: WorkloadView | None = None
+    kueue: KueueView | None = None
 
     def role_pods(self, role: Role) -> list[PodView]:
         return sorted(
@@ -357,11 +361,13 @@ def build_observed(
     chief_job = next(
         (parse_job(c) for c in children if c["kind"] == "Job" and c["metadata"]["name"] == chief_name), None
     )
+    workloads = sorted((c for c in children if c["kind"] == "Workload"), key=lambda c: c["metadata"]["name"])
     return Observed(
         pods=pods,
         chief_job=chief_job,
         children={(c["kind"], c["metadata"]["name"]): c for c in children},
         departed=departed,
+        workload=parse_workload(workloads[0]) if workloads else None,
     )
 
 

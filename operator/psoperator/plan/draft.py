@@ -15,7 +15,9 @@ from typing import Any
 from psoperator.api.models import PSTrainingJobStatus, Shape
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.observe.views import Observed
+from psoperator.policies import planned_stop, queueing
 from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome
+from psoperator.policies.queueing import WorkloadPatch
 from psoperator.render import RenderOptions
 from psoperator.status.conditions import is_true, set_condition
 from psoperator.timeutil import format_time, parse_time
@@ -67,6 +69,8 @@ class Actions:
     # A checkpoint to ask the chief for (before a planned stop), after the status write; the answer
     # comes back to the next reconcile as Draft.checkpoint_outcome.
     ask_checkpoint: CheckpointAsk | None = None
+    # A queued job's Workload status to write (queueing.py): the quota given back, PodsReady, Finished.
+    workload_patch: WorkloadPatch | None = None
 
 
 @dataclass
@@ -88,6 +92,9 @@ class Draft(Actions):
     # The chief's answer to the job's latest checkpoint ask (the protocol keeps it in the JobState).
     checkpoint_outcome: CheckpointOutcome | None = None
     requested: Shape | None = None  # the parameter servers and workers the spec asks for
+    name: str = ""
+    queue: str | None = None  # the Kueue LocalQueue the job's label names (queueing.py)
+    workload_wanted: bool = True  # False: a queued job's Workload is deleted (its shape is old)
 
     @classmethod
     def start(
@@ -105,9 +112,11 @@ class Draft(Actions):
         meta = job.get("metadata", {})
         status.observed_generation = meta.get("generation")
         created = parse_time(meta.get("creationTimestamp"))
-        return cls(
+        draft = cls(
             old, status, observed, now, created, cluster_domain, operator_namespace, checkpoint_outcome
         )
+        draft.name, draft.queue = meta.get("name", ""), queueing.queue_of(meta.get("labels"))
+        return draft
 
     def wake_in(self, seconds: float | None) -> None:
         """Reconcile again in `seconds` at the latest (None: no need), keeping the soonest asked."""
@@ -134,7 +143,27 @@ class Draft(Actions):
             stopped=stopped,
             chief_stopped=chief_stopped,
             shape=(self.status.shape.ps, self.status.shape.workers) if self.status.shape else None,
+            **self._queueing(),
         )
+
+    def _queueing(self) -> dict[str, Any]:
+        """A queued job's Workload (where Kueue is served) and admission, for the render options."""
+        kueue = self.observed.kueue
+        if self.queue is None or kueue is None or not kueue.served or not self.workload_wanted:
+            return {"admission": self.status.admission}
+        return {"queue": self.queue, "priority": kueue.priority, "admission": self.status.admission}
+
+    def awaiting_checkpoint(self, ask: CheckpointAsk) -> bool:
+        """Whether the stop waits for the chief's answer to `ask`: asked now, unless it was answered
+        (then kept in status.lastPlannedStop, so that a stop is asked for once)."""
+        if planned_stop.covered(self.old.last_planned_stop, ask):
+            return False
+        if self.checkpoint_outcome is not None and planned_stop.answered(self.checkpoint_outcome, ask):
+            self.status.last_planned_stop = planned_stop.record(self.checkpoint_outcome)
+            return False
+        self.ask_checkpoint = ask
+        self.wake_in(0)  # the answer decides the next reconcile
+        return True
 
     def condition(
         self, type_: ConditionType, value: bool, reason: str, message: str = "", *, event: Event | None = None

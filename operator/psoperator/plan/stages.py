@@ -31,6 +31,7 @@ from psoperator.contract import ProgressReport, Role
 from psoperator.observe.failures import Failure
 from psoperator.observe.views import START_ERRORS, Observed
 from psoperator.plan.draft import Draft, Event, PodDeletion, ReconcilePlan
+from psoperator.plan.queue import finish_workload, wait_for_admission
 from psoperator.policies import (
     deadline,
     node_lost,
@@ -43,7 +44,7 @@ from psoperator.policies import (
     success,
     ttl,
 )
-from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome, StopCause
+from psoperator.policies.planned_stop import CheckpointOutcome, StopCause
 from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
 from psoperator.sizing.admission import SizingLevel, check_ps_memory
@@ -68,6 +69,7 @@ def _end(spec: PSTrainingJobSpec, d: Draft, phase: Phase, reason: str, message: 
     `stop` is False only when the job never started (nothing to stop, and no children wanted).
     """
     d.end(phase, reason, message)
+    finish_workload(d, phase, message)
     d.status.tracking = Tracking()  # in the same write: its pods go away on purpose
     d.render = _finished_options(spec, d, phase) if stop else None
     d.create_missing = False
@@ -86,6 +88,7 @@ def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if d.old.phase not in FINISHED_PHASES:
         return GO_ON
     d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
+    finish_workload(d, d.old.phase, f"the job {d.old.phase.lower()}")
     left = ttl.seconds_left(spec, d.status, d.now)
     d.render = _finished_options(spec, d, d.old.phase)
     d.create_missing = False
@@ -127,7 +130,7 @@ def suspend_or_resume(spec: PSTrainingJobSpec, d: Draft) -> bool:
 def _suspend(spec: PSTrainingJobSpec, d: Draft) -> bool:
     entering = d.old.phase != Phase.SUSPENDED
     ask = planned_stop.ask_for(spec, d.observed, d.status.restarts, StopCause.SUSPEND) if entering else None
-    if ask is not None and _awaiting_checkpoint(d, ask):
+    if ask is not None and d.awaiting_checkpoint(ask):
         message = f"asking the chief for a checkpoint first (up to {ask.deadline_seconds:g}s)"
         d.condition(ConditionType.SUSPENDED, False, "Checkpointing", message)
         return DECIDED
@@ -141,21 +144,9 @@ def _suspend(spec: PSTrainingJobSpec, d: Draft) -> bool:
     d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
     d.condition(ConditionType.SUSPENDED, True, "Suspended", why)
     d.condition(ConditionType.RUNNING, False, "Suspended", why)
+    d.workload_wanted = False  # a queued job gives its quota back: resumed, it is queued again
     d.render = d.options(suspended=True)
     return DECIDED
-
-
-def _awaiting_checkpoint(d: Draft, ask: CheckpointAsk) -> bool:
-    """Whether the stop waits for the chief's answer to `ask`: asked now, unless it was answered
-    (then kept in status.lastPlannedStop, so that a stop is asked for once)."""
-    if planned_stop.covered(d.old.last_planned_stop, ask):
-        return False
-    if d.checkpoint_outcome is not None and planned_stop.answered(d.checkpoint_outcome, ask):
-        d.status.last_planned_stop = planned_stop.record(d.checkpoint_outcome)
-        return False
-    d.ask_checkpoint = ask
-    d.wake_in(0)  # the answer decides the next reconcile
-    return True
 
 
 def enforce_deadline(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -227,7 +218,7 @@ def resize_job(spec: PSTrainingJobSpec, d: Draft) -> bool:
         _resized(d, wanted, change)
         return GO_ON
     ask = planned_stop.ask_for(spec, d.observed, d.status.restarts, StopCause.RESIZE)
-    if ask is not None and _awaiting_checkpoint(d, ask):
+    if ask is not None and d.awaiting_checkpoint(ask):
         message = f"resizing {change}: asking the chief for a checkpoint first"
         d.condition(ConditionType.RESIZED, False, "Checkpointing", message)
         return GO_ON
@@ -288,7 +279,7 @@ def checkpoint_before_drain(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if not stopping or ask is None:
         return GO_ON
     before = d.status.last_planned_stop
-    if _awaiting_checkpoint(d, ask):
+    if d.awaiting_checkpoint(ask):
         return GO_ON  # recover waits for the answer (the ask is bounded by its deadline)
     stop = d.status.last_planned_stop
     if stop is not None and stop is not before:
@@ -466,6 +457,7 @@ STAGES: tuple[Stage, ...] = (
     when_finished,
     admit_sizing,
     suspend_or_resume,
+    wait_for_admission,
     enforce_deadline,
     detect_success,
     force_delete_lost_pods,

@@ -10,6 +10,7 @@ costs no step (issue 22).
     a worker or evaluator going away      nothing: no state of the job lives there (the
                                           coordinator re-dispatches a worker's steps)
     the chief pod going away              nothing: the chief saves on its own SIGTERM
+    Kueue evicting the job's Workload     a checkpoint, then the pods are deleted (queueing.py)
 
 The chief is asked only while the current attempt's chief pod runs and has an address. A chief
 that does not serve POST /checkpoint (a plain TensorFlow image) is not waited for: the stop goes on
@@ -35,6 +36,7 @@ class StopCause(enum.StrEnum):
     SUSPEND = "Suspend"
     DRAIN = "Drain"  # a parameter server pod being deleted or disrupted
     RESIZE = "Resize"  # spec.ps.replicas or spec.worker.replicas changed
+    EVICT = "Evicted"  # Kueue took the job's admission back (queueing.py)
 
 
 @dataclass(frozen=True)

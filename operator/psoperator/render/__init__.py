@@ -15,7 +15,7 @@ from typing import Any
 
 from psoperator import GROUP, KIND, VERSION
 from psoperator.api.labels import ANNOTATION_HASH
-from psoperator.api.models import PSTrainingJobSpec
+from psoperator.api.models import Admission, PSTrainingJobSpec
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
 from psoperator.render.networkpolicy import render_peer_policy, render_progress_policy
@@ -23,6 +23,7 @@ from psoperator.render.pod import Manifest, render_pod_template
 from psoperator.render.services import render_service
 from psoperator.render.statefulsets import render_statefulset
 from psoperator.render.tfconfig import cluster_spec, fits_environment, render_tf_config_map, tf_config
+from psoperator.render.workload import pod_set, render_workload, with_admission
 
 __all__ = ["Manifest", "RenderOptions", "changeable", "render_children", "spec_hash"]
 
@@ -49,14 +50,23 @@ class RenderOptions:
     # The parameter servers and workers of the attempt that runs (status.shape), when the spec asks
     # for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
     shape: tuple[int, int] | None = None
+    # A queued job (the label kueue.x-k8s.io/queue-name): its Workload waits in this LocalQueue,
+    # with this WorkloadPriorityClass and value.
+    queue: str | None = None
+    priority: tuple[str, int] | None = None
+    # What Kueue's admission puts on each role's pods (status.admission).
+    admission: Admission | None = None
 
 
 def changeable(manifest: Manifest) -> Manifest:
-    """What of a manifest may change once its object exists: all of it, but a Job's mutable fields only.
+    """What of a manifest may change once its object exists: all of it, but a Job's mutable fields
+    only, and nothing of a Workload's spec.
 
     A chief Job keeps the template and podFailurePolicy it was created with (a changed
     permanentExitCodes, a new operator version): the next attempt's Job gets the new ones.
     """
+    if manifest.get("kind") == "Workload":  # queueName, pod sets, priority: a new Workload's
+        return {k: v for k, v in manifest.items() if k != "spec"}
     if manifest.get("kind") != "Job":
         return manifest
     spec = {k: v for k, v in manifest.get("spec", {}).items() if k in JOB_MUTABLE_SPEC}
@@ -92,73 +102,88 @@ def _finish(manifest: Manifest, owner: Manifest) -> Manifest:
 
 def render_children(job: Manifest, options: RenderOptions | None = None, **overrides: Any) -> list[Manifest]:
     """Every child of a job: Services, the ps and worker StatefulSets, the chief Job, the evaluator Job,
-    and the NetworkPolicies unless spec.networkPolicy.enabled is false."""
+    the NetworkPolicies unless spec.networkPolicy.enabled is false, and a queued job's Workload."""
     opts = options or RenderOptions(**overrides)
     spec = PSTrainingJobSpec.model_validate(job["spec"])
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     ps, workers = opts.shape or (spec.ps.replicas, spec.worker.replicas)
     replicas = {Role.CHIEF: 1, Role.PS: ps, Role.WORKER: workers}
     cluster = cluster_spec(name, namespace, replicas, spec.port, opts.cluster_domain)
-    owner = _owner_reference(job)
-    workers_run = not (opts.suspended or opts.stopped)
     inline = fits_environment(cluster)
-
-    def task_config(role: Role, index: int | None) -> str | None:
-        return tf_config(cluster, role, index) if inline else None
-
-    roles = [Role.CHIEF, Role.PS, Role.WORKER] + ([Role.EVALUATOR] if spec.evaluator else [])
+    templates = _pod_templates(spec, name, cluster if inline else None, opts.attempt)
     # The ConfigMap first: pods that mount it wait for it.
     children: list[Manifest] = (
         [] if inline else [render_tf_config_map(name, namespace, replicas, spec.port, opts.cluster_domain)]
     )
-    children += [render_service(name, namespace, role, spec.port) for role in roles]
-
-    for role, role_spec in ((Role.PS, spec.ps), (Role.WORKER, spec.worker)):
-        count = replicas[role] if workers_run else 0
-        template = render_pod_template(
-            spec,
-            name,
-            role,
-            role_spec.template,
-            task_config(role, None),
-            index=None,
-            restart_policy="Always",
-        )
-        children.append(render_statefulset(name, namespace, role, count, template))
-
-    chief_template = render_pod_template(
-        spec,
-        name,
-        Role.CHIEF,
-        spec.chief.template,
-        task_config(Role.CHIEF, 0),
-        index=0,
-        restart_policy="Never",
-        attempt=opts.attempt,
-    )
-    if not opts.suspended:
-        children.append(
-            render_chief_job(
-                spec, name, namespace, chief_template, attempt=opts.attempt, suspend=opts.chief_stopped
-            )
-        )
-
-    if spec.evaluator:
-        evaluator_template = render_pod_template(
-            spec,
-            name,
-            Role.EVALUATOR,
-            spec.evaluator.template,
-            task_config(Role.EVALUATOR, 0),
-            index=0,
-            restart_policy="OnFailure",
-        )
-        children.append(
-            render_evaluator_job(spec, name, namespace, evaluator_template, suspend=not workers_run)
-        )
+    children += [render_service(name, namespace, role, spec.port) for role in templates]
+    if opts.queue is not None:
+        counts = {**replicas, Role.EVALUATOR: 1}
+        pod_sets = [pod_set(role, counts[role], template) for role, template in templates.items()]
+        children.append(render_workload(name, namespace, opts.queue, (ps, workers), pod_sets, opts.priority))
+    if opts.admission is not None:
+        templates = {role: with_admission(t, opts.admission.of(role.value)) for role, t in templates.items()}
+    children += _workloads_of(spec, name, namespace, replicas, templates, opts)
     if spec.network_policy.enabled:
         children.append(render_peer_policy(name, namespace, spec.port))
         if opts.operator_namespace:
             port = DEFAULT_PROGRESS_PORT  # the renderer gives every chief this PSOP_PROGRESS_PORT
             children.append(render_progress_policy(name, namespace, port, opts.operator_namespace))
+    owner = _owner_reference(job)
     return [_finish(child, owner) for child in children]
+
+
+_RESTART_POLICIES = {
+    Role.CHIEF: "Never",
+    Role.PS: "Always",
+    Role.WORKER: "Always",
+    Role.EVALUATOR: "OnFailure",
+}
+
+
+def _pod_templates(
+    spec: PSTrainingJobSpec, name: str, cluster: dict[str, list[str]] | None, attempt: int
+) -> dict[Role, Manifest]:
+    """Each role's pod template; with `cluster`, the TF_CONFIG inline (else from the ConfigMap)."""
+    roles = {Role.CHIEF: spec.chief.template, Role.PS: spec.ps.template, Role.WORKER: spec.worker.template}
+    if spec.evaluator:
+        roles[Role.EVALUATOR] = spec.evaluator.template
+    templates = {}
+    for role, template in roles.items():
+        one = role in (Role.CHIEF, Role.EVALUATOR)  # a Job's one pod: its task index is 0
+        config = tf_config(cluster, role, 0 if one else None) if cluster is not None else None
+        templates[role] = render_pod_template(
+            spec,
+            name,
+            role,
+            template,
+            config,
+            index=0 if one else None,
+            restart_policy=_RESTART_POLICIES[role],
+            attempt=attempt if role is Role.CHIEF else None,
+        )
+    return templates
+
+
+def _workloads_of(
+    spec: PSTrainingJobSpec,
+    name: str,
+    namespace: str,
+    replicas: dict[Role, int],
+    templates: dict[Role, Manifest],
+    opts: RenderOptions,
+) -> list[Manifest]:
+    """The StatefulSets and Jobs that run the pods."""
+    workers_run = not (opts.suspended or opts.stopped)
+    children = [
+        render_statefulset(name, namespace, role, replicas[role] if workers_run else 0, templates[role])
+        for role in (Role.PS, Role.WORKER)
+    ]
+    if not opts.suspended:
+        chief = render_chief_job(
+            spec, name, namespace, templates[Role.CHIEF], attempt=opts.attempt, suspend=opts.chief_stopped
+        )
+        children.append(chief)
+    if Role.EVALUATOR in templates:
+        evaluator = templates[Role.EVALUATOR]
+        children.append(render_evaluator_job(spec, name, namespace, evaluator, suspend=not workers_run))
+    return children
