@@ -229,10 +229,12 @@ def test_printer_columns_point_at_status_fields() -> None:
     [version] = crd.render_crd()["spec"]["versions"]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert list(columns) == [
-        "Phase", "PS", "Workers", "Restarts", "Step", "Age", "Checkpoint", "Checkpoint Age", "Last Failure"
+        "Phase", "PS", "Workers", "Restarts", "Step", "Age", "Checkpoint", "Checkpoint Age", "Last Failure",
+        "Queue",
     ]  # fmt: skip
-    # `kubectl get -o wide` only: the checkpoint and the last failure.
-    assert [n for n, c in columns.items() if c.get("priority") == 1] == list(columns)[-3:]
+    # `kubectl get -o wide` only: the checkpoint, the last failure and the Kueue queue.
+    assert [n for n, c in columns.items() if c.get("priority") == 1] == list(columns)[-4:]
+    assert columns["Queue"]["jsonPath"] == r".metadata.labels.kueue\.x-k8s\.io/queue-name"
     for column in columns.values():
         if column["jsonPath"].startswith(".status."):
             field = at(column["jsonPath"].removeprefix("."))

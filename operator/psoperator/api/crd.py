@@ -306,6 +306,13 @@ PRINTER_COLUMNS: list[dict[str, str | int]] = [
         "description": "The task and the reason of the latest failure, e.g. ps-1 OOMKilled.",
         "priority": 1,
     },
+    {
+        "name": "Queue",
+        "type": "string",
+        "jsonPath": ".metadata.labels.kueue\\.x-k8s\\.io/queue-name",
+        "description": "The Kueue LocalQueue the job waits in or was admitted from.",
+        "priority": 1,
+    },
 ]
 
 ROOT_DESCRIPTION = (
