@@ -25,7 +25,8 @@ another writer came first.
          |   --> read fresh, decide again (with the progress report already read)
          v
        act: write the status once (with the resourceVersion it was computed from)
-            -> delete pods (all at once) -> change children -> emit the plan's events
+            -> post the plan's events -> delete pods (all at once) -> change children
+               (a stopping job: its children first, so no deleted pod is made again)
 
 A job gone or being deleted ends the reconcile with None: its loop forgets it.
 """
@@ -274,13 +275,22 @@ async def act(
         )
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return
-    # At once: a restart stops the old chief and every PS that served it (49 of them in a big job).
-    await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
+    # A stopping job's StatefulSets are scaled down first: a PS deleted before would be made again.
+    stopping = plan.render is not None and plan.render.suspended
+    if not stopping:
+        await delete_pods(state, namespace, plan)
     if decision.changes or decision.conflicts:
         result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
         tell_unmade(job_state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
+    if stopping:
+        await delete_pods(state, namespace, plan)
+
+
+async def delete_pods(state: OperatorState, namespace: str, plan: ReconcilePlan) -> None:
+    """At once: a restart stops the old chief and every PS that served it (49 of them in a big job)."""
+    await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
 
 
 async def write_workload_status(state: OperatorState, namespace: str, patch: WorkloadPatch) -> None:

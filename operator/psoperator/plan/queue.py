@@ -50,6 +50,7 @@ def wait_for_admission(spec: PSTrainingJobSpec, d: Draft) -> bool:
     reason, message = queueing.waiting_reason(d.queue, workload)
     if ask is not None and d.status.last_planned_stop is not None:
         message = f"{message}; stopped {planned_stop.describe(d.status.last_planned_stop)}"
+        d.cut_ps_drain(ask)
     if (
         workload is not None
         and workload.true("Evicted")

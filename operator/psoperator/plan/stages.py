@@ -30,7 +30,7 @@ from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
 from psoperator.contract import ProgressReport, Role
 from psoperator.observe.failures import Failure
 from psoperator.observe.views import START_ERRORS, Observed
-from psoperator.plan.draft import Draft, Event, PodDeletion, ReconcilePlan
+from psoperator.plan.draft import RECYCLED_PS_GRACE_SECONDS, Draft, Event, PodDeletion, ReconcilePlan
 from psoperator.plan.queue import finish_workload, wait_for_admission
 from psoperator.policies import (
     deadline,
@@ -146,6 +146,8 @@ def _suspend(spec: PSTrainingJobSpec, d: Draft) -> bool:
     d.condition(ConditionType.RUNNING, False, "Suspended", why)
     d.workload_wanted = False  # a queued job gives its quota back: resumed, it is queued again
     d.render = d.options(suspended=True)
+    if ask is not None:
+        d.cut_ps_drain(ask)
     return DECIDED
 
 
@@ -416,12 +418,6 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if former:
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
     return GO_ON
-
-
-# Grace of a parameter server restarted with the chief: its variables are discarded anyway, so the
-# runtime's drain on SIGTERM (serving a last checkpoint before a planned stop, 20 s by default) has
-# nothing to serve, and the new chief waits for it to be gone.
-RECYCLED_PS_GRACE_SECONDS = 1
 
 
 def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
