@@ -255,3 +255,14 @@ def test_every_pod_running_reports_pods_ready_once() -> None:
     )
     ready = workload("ctr-2ps-2w", condition("PodsReady", True), admitted=True)
     assert reconcile(obj, seen(running_cluster(), ready)).workload_patch is None
+
+
+def test_the_label_added_to_a_running_job_stops_it_after_a_checkpoint_and_queues_it() -> None:
+    obj = queued_job(phase="Running")
+    ask = reconcile(obj, seen(running_cluster(), None)).ask_checkpoint
+    assert ask is not None and ask.cause == "Evicted"
+    queued = reconcile(obj, seen(running_cluster(), None), _outcome(ask, 500))
+    assert (
+        queued.status["phase"] == Phase.QUEUED and queued.status["lastPlannedStop"]["checkpointStep"] == 500
+    )
+    assert "Workload/ctr-2ps-2w" in kinds(queued, obj) and "Job/ctr-chief" not in kinds(queued, obj)
