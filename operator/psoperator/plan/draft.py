@@ -87,7 +87,7 @@ class Draft(Actions):
     operator_namespace: str | None = None
     # The chief's answer to the job's latest checkpoint ask (the protocol keeps it in the JobState).
     checkpoint_outcome: CheckpointOutcome | None = None
-    requested: Shape | None = None  # the parameter servers and workers the spec asks for
+    requested: Shape | None = None  # the parameter servers, workers and PS resources the spec asks for
 
     @classmethod
     def start(
@@ -133,7 +133,7 @@ class Draft(Actions):
             suspended=suspended,
             stopped=stopped,
             chief_stopped=chief_stopped,
-            shape=(self.status.shape.ps, self.status.shape.workers) if self.status.shape else None,
+            shape=self.status.shape,
         )
 
     def condition(

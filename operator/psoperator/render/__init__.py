@@ -15,8 +15,9 @@ from typing import Any
 
 from psoperator import GROUP, KIND, VERSION
 from psoperator.api.labels import ANNOTATION_HASH
-from psoperator.api.models import PSTrainingJobSpec
+from psoperator.api.models import PSTrainingJobSpec, Shape
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
+from psoperator.policies.resize import with_shape
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
 from psoperator.render.networkpolicy import render_peer_policy, render_progress_policy
 from psoperator.render.pod import Manifest, render_pod_template
@@ -46,9 +47,9 @@ class RenderOptions:
     # The operator's own namespace, which alone may read the chief's progress port; None (run out of
     # cluster without --operator-namespace): no namespace may.
     operator_namespace: str | None = None
-    # The parameter servers and workers of the attempt that runs (status.shape), when the spec asks
-    # for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
-    shape: tuple[int, int] | None = None
+    # The parameter servers, workers and PS resources of the attempt that runs (status.shape), when
+    # the spec asks for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
+    shape: Shape | None = None
 
 
 def changeable(manifest: Manifest) -> Manifest:
@@ -95,9 +96,10 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     and the NetworkPolicies unless spec.networkPolicy.enabled is false."""
     opts = options or RenderOptions(**overrides)
     spec = PSTrainingJobSpec.model_validate(job["spec"])
+    if opts.shape is not None:
+        spec = with_shape(spec, opts.shape)
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-    ps, workers = opts.shape or (spec.ps.replicas, spec.worker.replicas)
-    replicas = {Role.CHIEF: 1, Role.PS: ps, Role.WORKER: workers}
+    replicas = {Role.CHIEF: 1, Role.PS: spec.ps.replicas, Role.WORKER: spec.worker.replicas}
     cluster = cluster_spec(name, namespace, replicas, spec.port, opts.cluster_domain)
     owner = _owner_reference(job)
     workers_run = not (opts.suspended or opts.stopped)
