@@ -302,3 +302,16 @@ def test_a_resize_to_too_little_ps_memory_turns_the_sizing_warning_on() -> None:
     sizing = next(c for c in plan.status["conditions"] if c["type"] == "SizingWarning")
     assert (sizing["status"], sizing["reason"]) == ("True", "PSMemoryUndersized")
     assert "SizingWarning" in [e.reason for e in plan.events]
+
+
+def test_a_replica_resize_renders_the_ps_resources_as_written_so_nothing_is_patched_for_them() -> None:
+    obj = _running(ps=3)
+    resources = {"requests": {"cpu": 2, "memory": "8Gi"}}
+    obj["spec"]["ps"]["template"]["spec"]["containers"][0]["resources"] = resources
+    obj["status"]["shape"] = {
+        **_shape(),
+        "psResources": {"trainer": {"requests": {"cpu": "2", "memory": "8Gi"}}},
+    }
+    plan = _reconcile(obj)
+    assert plan.ask_checkpoint is not None  # waiting: the running shape is rendered
+    assert _ps_resources(obj, plan) == resources

@@ -42,14 +42,16 @@ def requested(spec: PSTrainingJobSpec) -> Shape:
 
 
 def ps_resources(spec: PSTrainingJobSpec) -> dict[str, ContainerResources]:
-    """The requests and limits of the PS containers that set any, by name, quantities as strings."""
-    found = {}
-    for container in _containers(spec.ps.template):
-        resources = container.get("resources") or {}
-        kept = {k: {n: str(q) for n, q in resources[k].items()} for k in RESIZABLE if resources.get(k)}
-        if kept:
-            found[str(container.get("name"))] = ContainerResources.model_validate(kept)
-    return found
+    """The requests and limits of the PS containers that set any, by name."""
+    found = {str(c.get("name")): _resources_of(c) for c in _containers(spec.ps.template)}
+    return {name: resources for name, resources in found.items() if resources is not None}
+
+
+def _resources_of(container: Obj) -> ContainerResources | None:
+    """A container's requests and limits, quantities as strings (a bare number too); None: it sets none."""
+    resources = container.get("resources") or {}
+    kept = {k: {n: str(q) for n, q in resources[k].items()} for k in RESIZABLE if resources.get(k)}
+    return ContainerResources.model_validate(kept) if kept else None
 
 
 def running(shape: Shape | None, spec: PSTrainingJobSpec) -> Shape:
@@ -86,6 +88,8 @@ def _with_resources(template: Obj, resources: dict[str, ContainerResources]) -> 
 
 
 def _container_with(container: Obj, wanted: ContainerResources | None) -> Obj:
+    if _resources_of(container) == wanted:  # as written (cpu: 2 stays a number): nothing to patch
+        return container
     kept = {k: v for k, v in (container.get("resources") or {}).items() if k not in RESIZABLE}
     resources = {**kept, **(wanted.model_dump(exclude_none=True) if wanted else {})}
     rest = {k: v for k, v in container.items() if k != "resources"}
