@@ -304,7 +304,8 @@ def test_a_ps_on_a_lost_node_is_force_deleted_and_the_chief_restarts(
 
 # Every field a running job lets change (connectTimeoutSeconds is in every pod's environment: the
 # API server refuses it), each changed at once on a running job (suspend and the
-# deadline have their own tests: their effect is to stop the job).
+# deadline have their own tests: their effect is to stop the job; so do the replicas and the PS
+# resources: a resize restarts it).
 MUTABLE_CHANGES: dict[str, Any] = {
     "failurePolicy": {
         "maxRestarts": 7,
