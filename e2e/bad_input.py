@@ -456,6 +456,13 @@ CREATE: tuple[BadInput, ...] = (
         STRICT,
     ),
     BadInput(
+        "ps-17-containers",
+        "spec.ps.template.spec.containers",
+        [{**CONTAINER, "name": f"c{i}"} for i in range(17)],
+        ("spec.ps.template.spec.containers", "must have at most 16 items"),
+        LENGTH,
+    ),
+    BadInput(
         "duplicate-container",
         "spec.ps.template.spec.containers",
         [CONTAINER, CONTAINER],
@@ -464,7 +471,8 @@ CREATE: tuple[BadInput, ...] = (
     ),
 )
 
-# A resize (spec.ps.replicas, spec.worker.replicas) is a valid update; to no parameter server is not.
+# A resize (spec.ps.replicas, spec.worker.replicas, the PS containers' resources) is a valid update;
+# to no parameter server is not.
 RESIZE_TO_NOTHING = BadInput(
     "resize-ps-to-0",
     "spec.ps.replicas",
@@ -484,13 +492,6 @@ IMMUTABLE: tuple[BadInput, ...] = tuple(
             "example.com/other:2",
             "spec.chief.template is immutable",
             "spec.chief",
-        ),
-        (
-            "ps-memory",
-            f"{PS_CONTAINER}.resources",
-            {"limits": {"memory": "8Gi"}},
-            "spec.ps.template is immutable",
-            "spec.ps",
         ),
         (
             "worker-template",
@@ -539,7 +540,57 @@ IMMUTABLE: tuple[BadInput, ...] = tuple(
     )
 )
 
-UPDATE = (RESIZE_TO_NOTHING, *IMMUTABLE)
+# Of the PS template, only the containers' resources (requests, limits) can change: a resize. Each
+# other field is refused by a rule of its own, which names it.
+PS_TEMPLATE_FROZEN: tuple[BadInput, ...] = tuple(
+    BadInput(id_, path, value, expected, cel(where), update=True)
+    for id_, path, value, expected, where in (
+        (
+            "ps-image",
+            f"{PS_CONTAINER}.image",
+            "example.com/other:2",
+            ("spec.ps.template.spec.containers[0].image", "is immutable", "only the containers' resources"),
+            "spec.ps.template.spec.containers[*]",
+        ),
+        (
+            "ps-command",
+            f"{PS_CONTAINER}.command",
+            ["python", "-m", "other"],
+            ("spec.ps.template.spec.containers[0].command", "is immutable"),
+            "spec.ps.template.spec.containers[*]",
+        ),
+        (
+            "ps-resource-claims",
+            f"{PS_CONTAINER}.resources",
+            {"claims": [{"name": "gpu"}], "limits": {"memory": "8Gi"}},
+            ("spec.ps.template.spec.containers[0].resources", "claims is immutable"),
+            "spec.ps.template.spec.containers[*]",
+        ),
+        (
+            "ps-container-added",
+            "spec.ps.template.spec.containers",
+            [CONTAINER, {"name": "sidecar", "image": "example.com/sidecar:1"}],
+            ("spec.ps.template.spec.containers", "cannot be added"),
+            "spec.ps.template.spec.containers",
+        ),
+        (
+            "ps-node-selector",
+            "spec.ps.template.spec.nodeSelector",
+            {"pool": "big-memory"},
+            ("spec.ps.template.spec.nodeSelector", "is immutable"),
+            "spec.ps.template.spec",
+        ),
+        (
+            "ps-labels",
+            "spec.ps.template.metadata",
+            {"labels": {"team": "ads"}},
+            ("spec.ps.template.metadata", "is immutable"),
+            "spec.ps.template",
+        ),
+    )
+)
+
+UPDATE = (RESIZE_TO_NOTHING, *IMMUTABLE, *PS_TEMPLATE_FROZEN)
 CATALOGUE = CREATE + UPDATE
 
 

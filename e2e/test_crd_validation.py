@@ -123,6 +123,26 @@ def test_suspend_deadlines_and_max_restarts_can_change(
     assert spec["failurePolicy"]["permanentExitCodes"] == [2]
 
 
+def _resized(job: Obj) -> Obj:
+    spec = job["spec"]
+    spec["ps"]["replicas"], spec["worker"]["replicas"] = 3, 1
+    spec["ps"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"memory": "8Gi", "cpu": "2"},
+        "limits": {"memory": "12Gi"},
+    }
+    return job
+
+
+def test_the_replicas_and_the_ps_containers_resources_can_change(
+    k8s: client.ApiClient, namespace: str, stored_job: str
+) -> None:
+    """A resize (policies/resize.py): through the transition rules inside the PS template."""
+    spec = update(k8s, namespace, stored_job, _resized)["spec"]
+    assert (spec["ps"]["replicas"], spec["worker"]["replicas"]) == (3, 1)
+    resources = spec["ps"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"memory": "8Gi", "cpu": "2"}, "limits": {"memory": "12Gi"}}
+
+
 def test_status_is_a_subresource(k8s: client.ApiClient, namespace: str, stored_job: str) -> None:
     api = client.CustomObjectsApi(k8s)
     stored = cast(

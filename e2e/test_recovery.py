@@ -304,7 +304,8 @@ def test_a_ps_on_a_lost_node_is_force_deleted_and_the_chief_restarts(
 
 # Every field a running job lets change (connectTimeoutSeconds is in every pod's environment: the
 # API server refuses it), each changed at once on a running job (suspend and the
-# deadline have their own tests: their effect is to stop the job).
+# deadline have their own tests: their effect is to stop the job; so do the replicas and the PS
+# resources: a resize restarts it).
 MUTABLE_CHANGES: dict[str, Any] = {
     "failurePolicy": {
         "maxRestarts": 7,
@@ -373,7 +374,7 @@ def test_a_resize_restarts_with_the_new_shape_and_counts_nothing(
         message=f"the StatefulSets scaled to {ps} PS and {workers} workers",
     )
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
-    assert status["shape"] == {"ps": ps, "workers": workers}, status
+    assert status["shape"] == {"ps": ps, "workers": workers, "psResources": {}}, status
     assert status["restarts"] == 1 and status["countedRestarts"] == 0 and "lastFailure" not in status, status
     assert status["psReady"] == f"{ps}/{ps}", status
     wait_for(
@@ -388,4 +389,44 @@ def test_a_resize_restarts_with_the_new_shape_and_counts_nothing(
     assert (len(cluster["ps"]), len(cluster["worker"])) == (ps, workers), cluster
     reasons = [e.reason for e in _events(k8s, namespace)]
     assert "Resized" in reasons and not {"PsFailed", "WorkerFailed", "ParameterServerLost"} & set(reasons)
+    holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=5)
+
+
+def _ps_with_memory(memory: str) -> Obj:
+    trainer = {"name": "trainer", "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}}}
+    return {"replicas": 2, "template": {"spec": {"containers": [trainer]}}}
+
+
+def _ps_memory(pod: Obj) -> Any:
+    return pod["spec"]["containers"][0]["resources"]
+
+
+def test_more_ps_memory_restarts_the_ps_with_it_and_counts_nothing(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """A job whose PS keep OOMing is given more memory: one restart (reason Resized), not counted,
+    and every new PS pod has the new memory; the workers are kept."""
+    chief, _ = _start(k8s, namespace, ps=_ps_with_memory("1Gi"))
+    old_ps = {p["metadata"]["uid"] for p in psjobs.live_pods(k8s, namespace, "ctr", "ps")}
+    workers = {p["metadata"]["uid"] for p in psjobs.live_pods(k8s, namespace, "ctr", "worker")}
+    psjobs.patch_spec(k8s, namespace, "ctr", {"ps": _ps_with_memory("2Gi")})
+    _new_chief(k8s, namespace, chief["metadata"]["uid"], attempt=1)
+    status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+    wanted = {"requests": {"memory": "2Gi"}, "limits": {"memory": "2Gi"}}
+    assert status["shape"] == {"ps": 2, "workers": 2, "psResources": {"trainer": wanted}}, status
+    assert status["restarts"] == 1 and status["countedRestarts"] == 0 and "lastFailure" not in status, status
+
+    def new_ps() -> list[Obj] | None:
+        pods = psjobs.live_pods(k8s, namespace, "ctr", "ps")
+        fresh = len(pods) == 2 and not {p["metadata"]["uid"] for p in pods} & old_ps
+        return pods if fresh else None
+
+    ps = wait_for(new_ps, timeout=60, message="two new PS pods")
+    assert [_ps_memory(p) for p in ps] == [wanted, wanted]
+    restarting = condition(psjobs.status(k8s, namespace, "ctr"), "Restarting")
+    assert restarting is not None and restarting["reason"] == "Recovered", restarting  # from Resized
+    events = {e.reason: e.message for e in _events(k8s, namespace)}
+    assert events.get("Resized", "").startswith("from 2 PS (1Gi), 2 workers to 2 PS (2Gi), 2 workers"), events
+    assert not {"PsFailed", "WorkerFailed", "ParameterServerLost"} & set(events), events
+    assert {p["metadata"]["uid"] for p in psjobs.live_pods(k8s, namespace, "ctr", "worker")} == workers
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=5)

@@ -95,7 +95,7 @@ def test_a_training_job_is_resized_four_times_losing_no_step(
         figures.record(f"resize {change}: loss before, after (initial {initial_loss:.3f})",
                        f"{before['loss']:.3f}, {report['loss']:.3f}")  # fmt: skip
         status = psjobs.status(k8s, namespace, name)
-        assert status["shape"] == {"ps": ps, "workers": workers}, status
+        assert (status["shape"]["ps"], status["shape"]["workers"]) == (ps, workers), status
         assert status["lastPlannedStop"]["cause"] == "Resize" and status["countedRestarts"] == 0, status
         assert resumed == status["lastPlannedStop"]["checkpointStep"] and stopped_at == resumed, status
         shape = (ps, workers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -63,9 +64,12 @@ def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, 
 
 
 def at(path: str) -> dict[str, Any]:
+    """The schema node at a dotted path of walk's form ("[]" steps into a list's items)."""
     node = openapi()
     for name in path.split("."):
-        node = node["properties"][name]
+        node = node["properties"][name.removesuffix("[]" * name.count("[]"))]
+        for _ in range(name.count("[]")):
+            node = node["items"]
     return node
 
 
@@ -251,11 +255,30 @@ def test_every_rule_message_names_its_field() -> None:
             assert ": " in rule.message or "; " in rule.message, f"say why: {rule.message}"
 
 
-def test_rules_live_on_our_fields_only() -> None:
-    """CEL rules inside the upstream schemas would be multiplied by unbounded list sizes."""
+def test_rules_live_on_our_fields_and_in_the_ps_template_only_under_bounded_lists() -> None:
+    """CEL rules inside the upstream schemas are multiplied by the sizes of the lists above them,
+    unbounded there: only the PS template's (what a resize may change) are inside, with their list
+    bounded."""
     for path, node in walk(openapi()):
-        if "x-kubernetes-validations" in node:
-            assert "template" not in path.split(".") and ".volume." not in path, path
+        if "x-kubernetes-validations" not in node:
+            continue
+        assert ".volume." not in path, path
+        if "template" in path.split("."):
+            assert path.startswith("spec.ps.template"), path
+            lists = [path[: m.start()] for m in re.finditer(re.escape("[]"), path)]
+            assert all(at(p).get("maxItems") for p in lists), path
+
+
+def test_the_ps_template_allows_only_its_containers_resources_to_change() -> None:
+    """One rule per field that stays immutable, every field of the upstream schema but these."""
+    pod = at("spec.ps.template.spec")
+    container = pod["properties"]["containers"]["items"]
+    frozen = {r["fieldPath"] for r in container["x-kubernetes-validations"]}
+    assert set(container["properties"]) - {f.removeprefix(".") for f in frozen} == {"name"}
+    assert {r["fieldPath"] for r in pod["x-kubernetes-validations"]} == {
+        f".{name}" for name in pod["properties"] if name != "containers"
+    }
+    assert pod["properties"]["containers"]["maxItems"] == crd.PS_MAX_CONTAINERS
 
 
 def test_size_is_well_under_the_etcd_and_annotation_limits() -> None:

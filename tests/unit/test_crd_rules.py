@@ -3,8 +3,9 @@
 The harness does what the apiserver does for `x-kubernetes-validations`, as far as these rules
 need: it applies the schema's defaults, evaluates every rule whose field is present with `self`
 bound to it, and evaluates transition rules (those that use `oldSelf`) only on an update where the
-old object has the field too. The same cases run against a real apiserver in
-e2e/test_crd_validation.py; this file pins the rules' intent in milliseconds.
+old object has the field too (in a list-type map: an item with the same key). The same cases run
+against a real apiserver in e2e/test_crd_validation.py; this file pins the rules' intent in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -80,10 +81,19 @@ def _check(schema: dict[str, Any], new: Any, old: Any, has_old: bool, path: str)
                 child_old = old[name] if child_has_old else None
                 found += _check(child, new[name], child_old, child_has_old, f"{path}.{name}")
     elif isinstance(new, list) and "items" in schema:
-        # None of our rules inside lists is a transition rule, so items need no old value.
         for i, item in enumerate(new):
-            found += _check(schema["items"], item, None, False, f"{path}[{i}]")
+            item_old = _correlated(schema, item, old if has_old else None)
+            found += _check(schema["items"], item, item_old, item_old is not None, f"{path}[{i}]")
     return found
+
+
+def _correlated(schema: dict[str, Any], item: Any, old: Any) -> Any:
+    """The old item a transition rule compares a list item with: only a list-type map has one, the
+    item with the same keys (none: the item is new, and its transition rules are not evaluated)."""
+    if schema.get("x-kubernetes-list-type") != "map" or not isinstance(old, list):
+        return None
+    keys = schema["x-kubernetes-list-map-keys"]
+    return next((o for o in old if all(o.get(k) == item.get(k) for k in keys)), None)
 
 
 def validate(new: dict[str, Any], old: dict[str, Any] | None = None) -> list[Violation]:
@@ -103,9 +113,9 @@ def job(**spec: Any) -> dict[str, Any]:
         "kind": "PSTrainingJob",
         "metadata": {"name": "ctr", "namespace": "default"},
         "spec": {
-            "chief": {"template": {"spec": {"containers": [container]}}},
-            "ps": {"replicas": 2, "template": {"spec": {"containers": [container]}}},
-            "worker": {"replicas": 4, "template": {"spec": {"containers": [container]}}},
+            "chief": {"template": {"spec": {"containers": [dict(container)]}}},
+            "ps": {"replicas": 2, "template": {"spec": {"containers": [dict(container)]}}},
+            "worker": {"replicas": 4, "template": {"spec": {"containers": [dict(container)]}}},
             "checkpoint": {"dir": "/checkpoints"},
         },
     }
@@ -178,6 +188,12 @@ def test_an_image_set_at_creation_cannot_be_removed() -> None:
         ("spec.failurePolicy.stallTimeoutSeconds", 900),
         ("spec.failurePolicy.schedulingTimeoutSeconds", 900),
         ("spec.failurePolicy.startupErrorGraceSeconds", 60),
+        ("spec.ps.replicas", 3),
+        ("spec.worker.replicas", 1),
+        (
+            "spec.ps.template.spec.containers.0.resources",
+            {"requests": {"memory": "8Gi", "cpu": 2}, "limits": {"memory": "12Gi"}},
+        ),
     ],
 )
 def test_mutable_fields_can_change(path: str, value: Any) -> None:
@@ -196,3 +212,17 @@ def test_containers_without_an_image_are_accepted_with_spec_image() -> None:
         "template": {"spec": {"containers": [{"name": "trainer"}], "initContainers": [{"name": "i"}]}}
     }
     assert validate(job(image="example.com/ctr-trainer:1.0", chief=imageless, evaluator=imageless)) == []
+
+
+def test_a_ps_container_s_resources_can_change_again_and_be_removed() -> None:
+    old = set_path(job(), "spec.ps.template.spec.containers.0.resources", {"limits": {"memory": "8Gi"}})
+    raised = set_path(old, "spec.ps.template.spec.containers.0.resources.limits.memory", "16Gi")
+    assert validate(raised, old=old) == []
+    assert validate(set_path(old, "spec.ps.template.spec.containers.0.resources", REMOVE), old=old) == []
+
+
+def test_only_the_ps_template_s_resources_are_mutable_not_the_worker_s() -> None:
+    path = "spec.worker.template.spec.containers.0.resources"
+    old = job()
+    changed = set_path(old, path, {"limits": {"memory": "8Gi"}})
+    assert fields(validate(changed, old=old)) == ["spec.worker.template"]

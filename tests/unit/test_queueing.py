@@ -195,7 +195,11 @@ def test_a_resize_of_an_admitted_job_stops_it_deletes_the_old_workload_then_queu
     ask = reconcile(resized, seen(running_cluster(), workload(admitted=True))).ask_checkpoint
     assert ask is not None and ask.cause == "Resize"
     stopped = reconcile(resized, seen(running_cluster(), workload(admitted=True)), _outcome(ask, 900))
-    assert stopped.status["phase"] == Phase.QUEUED and stopped.status["shape"] == {"ps": 3, "workers": 2}
+    assert stopped.status["phase"] == Phase.QUEUED and stopped.status["shape"] == {
+        "ps": 3,
+        "workers": 2,
+        "psResources": {},
+    }
     assert not any(k.startswith("Workload/") for k in kinds(stopped, resized))  # the old one goes first
     again = reconcile({**resized, "status": stopped.status}, seen([], None, with_chief=False))
     podsets = kinds(again, resized)["Workload/ctr-3ps-2w"]["spec"]["podSets"]

@@ -7,9 +7,10 @@ the upstream Kubernetes schemas extracted into psoperator/schemas/. On top of th
 CEL rules (`x-kubernetes-validations`) that check what one field's schema cannot: bounds with a
 reason, the checkpoint dir's form, and which fields are immutable after creation.
 
-Immutable after creation: image, port, chief, the ps and worker templates, evaluator, checkpoint,
-scheduling, model, failurePolicy.connectTimeoutSeconds (it is in every pod's environment).
-Mutable: spec.ps.replicas and spec.worker.replicas (a live resize: policies/resize.py), all of
+Immutable after creation: image, port, chief, the worker template and the PS template but its
+containers' resources, evaluator, checkpoint, scheduling, model, failurePolicy.connectTimeoutSeconds
+(it is in every pod's environment). Mutable: spec.ps.replicas, spec.worker.replicas and the
+requests and limits of the PS containers (a live resize: policies/resize.py), all of
 runPolicy (suspend, activeDeadlineSeconds, ttlSecondsAfterFinished, cleanPodPolicy) and the rest of
 failurePolicy (maxRestarts, permanentExitCodes, workerPermanentExit, stallTimeoutSeconds,
 schedulingTimeoutSeconds, startupErrorGraceSeconds, checkpointBeforeStopSeconds), which only the
@@ -37,7 +38,13 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from psoperator import GROUP, KIND, PLURAL, VERSION
-from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.models import (
+    MAX_REPLICAS,
+    MAX_WORKERS,
+    POD_TEMPLATE,
+    PSTrainingJobSpec,
+    PSTrainingJobStatus,
+)
 from psoperator.api.schemas.extract import VALUE_CHECKS
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 
@@ -62,6 +69,14 @@ HEADER = (
 )
 
 UPSTREAM_MARKER = "x-psoperator-upstream"
+
+
+@cache
+def upstream_schema(name: str) -> dict[str, Any]:
+    """The extracted upstream schema for a `x-psoperator-upstream` marker (see schemas/extract.py)."""
+    text = resources.files("psoperator.api.schemas").joinpath(f"{name}.json").read_text()
+    document: dict[str, Any] = json.loads(text)
+    return document["schema"]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -113,6 +128,56 @@ def _template_rules(role: str) -> list[Rule]:
             "and recreate the job (it resumes from its checkpoint)",
         ),
     ]
+
+
+# The resources (requests and limits) of the parameter servers' containers can change on a running
+# job: a resize (policies/resize.py). Everything else of the PS template stays as it was created, one
+# rule per field so that the API server's message names the field. The rules inside the containers
+# list run once per container, so the list is bounded: with 16 containers, a string field's rule
+# is estimated at half the API server's per-rule limit (32 would exceed it, no bound by 100 times).
+# The fields are read from the upstream schema, so a newer one is covered once it is extracted.
+PS_TEMPLATE = ("spec", "ps", "template")
+PS_CONTAINERS = (*PS_TEMPLATE, "spec", "containers")
+PS_MAX_CONTAINERS = 16
+_PS_RESIZABLE = "of the PS template, only the containers' resources can change"
+
+
+def _pod_template_schema() -> dict[str, Any]:
+    return upstream_schema(str(POD_TEMPLATE[UPSTREAM_MARKER]))
+
+
+def _frozen_fields(path: tuple[str, ...], fields: Sequence[str]) -> list[Rule]:
+    """Transition rules on `path`: each of `fields` can be neither added, removed nor changed."""
+    where = ".".join(p for p in path if p != "items")
+    return [
+        _immutable_optional(name, f"{where}.{name} is immutable after creation: {_PS_RESIZABLE}")
+        for name in fields
+    ]
+
+
+def _ps_template_rules() -> dict[tuple[str, ...], list[Rule]]:
+    pod = _pod_template_schema()["properties"]["spec"]["properties"]
+    container = pod["containers"]["items"]["properties"]
+    claims = "(has({0}.resources) && has({0}.resources.claims) ? {0}.resources.claims : [])"
+    where = ".".join(PS_CONTAINERS)
+    return {
+        PS_TEMPLATE: _frozen_fields(PS_TEMPLATE, ["metadata"]),
+        (*PS_TEMPLATE, "spec"): _frozen_fields((*PS_TEMPLATE, "spec"), sorted(set(pod) - {"containers"})),
+        PS_CONTAINERS: [
+            Rule(
+                "self.map(c, c.name) == oldSelf.map(c, c.name)",
+                f"{where} cannot be added, removed, renamed or reordered after creation: {_PS_RESIZABLE}",
+            )
+        ],
+        (*PS_CONTAINERS, "items"): [
+            *_frozen_fields((*PS_CONTAINERS, "items"), sorted(set(container) - {"name", "resources"})),
+            Rule(
+                f"{claims.format('self')} == {claims.format('oldSelf')}",
+                f"{where}.resources.claims is immutable after creation: {_PS_RESIZABLE}",
+                field_path=".resources",
+            ),
+        ],
+    }
 
 
 def _images_rule(role: str) -> Rule:
@@ -184,12 +249,13 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
             "coordinates the training",
         ),
     ],
-    ("spec", "ps"): _template_rules("ps"),
+    ("spec", "ps"): [_has_containers("ps")],  # its template: _ps_template_rules
     ("spec", "ps", "replicas"): _replica_rules(
         "ps",
         MAX_REPLICAS,
         "a job needs at least one parameter server to hold its variables",
     ),
+    **_ps_template_rules(),
     ("spec", "worker"): _template_rules("worker"),
     ("spec", "worker", "replicas"): _replica_rules(
         "worker",
@@ -245,6 +311,7 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
 OVERLAYS: dict[tuple[str, ...], dict[str, Any]] = {
     # Duplicates are rejected by the apiserver ("Duplicate value").
     ("spec", "failurePolicy", "permanentExitCodes"): {"x-kubernetes-list-type": "set"},
+    PS_CONTAINERS: {"maxItems": PS_MAX_CONTAINERS},
     ("status", "conditions"): {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     # Records, or the "uid/restarts/..." strings of versions before them: an upgrade applies the CRD
     # first, and the previous operator goes on writing strings until the new one takes over (and
@@ -344,14 +411,6 @@ class _CallDefaultFactories(GenerateJsonSchema):
             value = factory()  # type: ignore[call-arg]
             return {} if isinstance(value, BaseModel) else value
         return super().get_default_value(schema)
-
-
-@cache
-def upstream_schema(name: str) -> dict[str, Any]:
-    """The extracted upstream schema for a `x-psoperator-upstream` marker (see schemas/extract.py)."""
-    text = resources.files("psoperator.api.schemas").joinpath(f"{name}.json").read_text()
-    document: dict[str, Any] = json.loads(text)
-    return document["schema"]  # type: ignore[no-any-return]
 
 
 def model_schema(model: type[BaseModel]) -> JsonSchemaValue:

@@ -438,14 +438,50 @@ class Admission(_Status):
         return next((p for p in self.pod_sets if p.name == name), None)
 
 
+class ContainerResources(_Status):
+    """A container's resource requests and limits, quantities as the spec writes them."""
+
+    requests: dict[str, str] | None = Field(None, description="Requests, e.g. memory: 8Gi.")
+    limits: dict[str, str] | None = Field(None, description="Limits, e.g. memory: 8Gi.")
+
+    def describe(self) -> str:
+        """E.g. "8Gi, 2 cpu": memory first, each the limit (request/limit when they differ)."""
+        requests, limits = self.requests or {}, self.limits or {}
+        names = sorted(requests.keys() | limits.keys(), key=lambda name: (name != "memory", name))
+        amounts = [_amount(requests.get(name), limits.get(name)) for name in names]
+        return ", ".join(a if n == "memory" else f"{a} {n}" for n, a in zip(names, amounts, strict=True))
+
+
+def _amount(request: str | None, limit: str | None) -> str:
+    if request is None or limit is None or request == limit:
+        return str(limit or request)
+    return f"{request}/{limit}"
+
+
 class Shape(_Status):
-    """How many parameter servers and workers a chief attempt was started with."""
+    """How many parameter servers and workers a chief attempt was started with, and the resources
+    of its parameter servers."""
 
     ps: int = Field(..., description="Parameter servers.")
     workers: int = Field(..., description="Workers.")
+    ps_resources: dict[str, ContainerResources] | None = Field(
+        None,
+        alias="psResources",
+        description=(
+            "Requests and limits of the parameter servers' containers that set any, by container "
+            "name. Absent from a status an earlier version of the operator wrote: the spec's then."
+        ),
+    )
 
     def describe(self) -> str:
-        return f"{self.ps} PS, {self.workers} workers"
+        """E.g. "2 PS (8Gi), 2 workers"."""
+        return f"{self.ps} PS{self._describe_resources()}, {self.workers} workers"
+
+    def _describe_resources(self) -> str:
+        named = {name: r.describe() for name, r in (self.ps_resources or {}).items() if r.describe()}
+        if len(named) <= 1:
+            return "".join(f" ({text})" for text in named.values())
+        return " (" + "; ".join(f"{name}: {text}" for name, text in named.items()) + ")"
 
 
 class TrackedPod(_Status):
@@ -583,8 +619,9 @@ class PSTrainingJobStatus(_Status):
     shape: Shape | None = Field(
         None,
         description=(
-            "The parameter servers and workers the running chief attempt uses; a resize (a change "
-            "of spec.ps.replicas or spec.worker.replicas) takes effect at the next attempt."
+            "The parameter servers and workers the running chief attempt uses, and the PS "
+            "containers' resources; a resize (a change of spec.ps.replicas, spec.worker.replicas "
+            "or the PS containers' resources) takes effect at the next attempt."
         ),
     )
     admission: Admission | None = Field(

@@ -96,7 +96,7 @@ class Draft(Actions):
     operator_namespace: str | None = None
     # The chief's answer to the job's latest checkpoint ask (the protocol keeps it in the JobState).
     checkpoint_outcome: CheckpointOutcome | None = None
-    requested: Shape | None = None  # the parameter servers and workers the spec asks for
+    requested: Shape | None = None  # the parameter servers, workers and PS resources the spec asks for
     name: str = ""
     queue: str | None = None  # the Kueue LocalQueue the job's label names (queueing.py)
     workload_wanted: bool = True  # False: a queued job's Workload is deleted (its shape is old)
@@ -147,7 +147,7 @@ class Draft(Actions):
             suspended=suspended,
             stopped=stopped,
             chief_stopped=chief_stopped,
-            shape=(self.status.shape.ps, self.status.shape.workers) if self.status.shape else None,
+            shape=self.status.shape,
             **self._queueing(),
         )
 

@@ -35,7 +35,7 @@ def wait_for_admission(spec: PSTrainingJobSpec, d: Draft) -> bool:
         d.wake_in(KUEUE_ABSENT_RESYNC_SECONDS)
         return _wait(d, "KueueNotInstalled", NOT_SERVED)
     shape = d.requested or d.status.shape
-    wanted = workload_name(d.name, shape.ps, shape.workers) if shape else None
+    wanted = workload_name(d.name, shape) if shape else None
     if workload is not None and workload.name == wanted and workload.admitted:
         _admitted(spec, d)
         return GO_ON

@@ -47,7 +47,7 @@ from psoperator.policies import (
 from psoperator.policies.planned_stop import CheckpointOutcome, StopCause
 from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
-from psoperator.sizing.admission import SizingLevel, check_ps_memory
+from psoperator.sizing.admission import SizingLevel, SizingVerdict, check_ps_memory
 from psoperator.status import tracking
 from psoperator.status.conditions import is_true
 from psoperator.status.last_failure import failure_record
@@ -106,13 +106,19 @@ def admit_sizing(spec: PSTrainingJobSpec, d: Draft) -> bool:
         return GO_ON
     verdict = check_ps_memory(spec)
     if not told:
-        warn = verdict.level is not SizingLevel.OK
-        event = Event("Warning", "SizingWarning", verdict.message)
-        d.condition(ConditionType.SIZING_WARNING, warn, verdict.reason, verdict.message, event=event)
+        _tell_sizing(d, verdict)
     if verdict.level is SizingLevel.REFUSE and d.old.phase == Phase.PENDING:
         message = f"{verdict.message}; not starting because spec.model.enforce is true"
         return _end(spec, d, Phase.FAILED, "Undersized", message, stop=False)
     return GO_ON
+
+
+def _tell_sizing(d: Draft, verdict: SizingVerdict) -> None:
+    """The SizingWarning condition says what the verdict on the running shape is; an event when it
+    turns true."""
+    warn = verdict.level is not SizingLevel.OK
+    event = Event("Warning", "SizingWarning", verdict.message) if warn else None
+    d.condition(ConditionType.SIZING_WARNING, warn, verdict.reason, verdict.message, event=event)
 
 
 def suspend_or_resume(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -208,16 +214,17 @@ def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
 
 
 def resize_job(spec: PSTrainingJobSpec, d: Draft) -> bool:
-    """spec.ps.replicas or spec.worker.replicas changed (resize.py): a checkpoint first if the chief
-    runs, then a restart with the new shape that counts nothing."""
+    """spec.ps.replicas, spec.worker.replicas or the PS containers' resources changed (resize.py):
+    a checkpoint first if the chief runs, then a restart with the new shape that counts nothing."""
     wanted, current = d.requested, d.status.shape
     if wanted is None or current is None or wanted == current or d.ask_checkpoint is not None:
         return GO_ON
     change = f"from {current.describe()} to {wanted.describe()}"
-    if _resize_refused(spec, d, wanted, change):
+    sizing = check_ps_memory(resize.with_shape(spec, wanted)) if spec.model is not None else None
+    if sizing is not None and _resize_refused(d, sizing, change):
         return GO_ON
     if d.observed.current_chief_job(d.status.restarts) is None:  # the next attempt has the new shape
-        _resized(d, wanted, change)
+        _resized(d, wanted, change, sizing)
         return GO_ON
     ask = planned_stop.ask_for(spec, d.observed, d.status.restarts, StopCause.RESIZE)
     if ask is not None and d.awaiting_checkpoint(ask):
@@ -226,17 +233,14 @@ def resize_job(spec: PSTrainingJobSpec, d: Draft) -> bool:
         return GO_ON
     if ask is not None and d.status.last_planned_stop is not None:
         change = f"{change}, {planned_stop.describe(d.status.last_planned_stop)}"
-    _resized(d, wanted, change)
+    _resized(d, wanted, change, sizing)
     _start_new_attempt(d)
     d.condition(ConditionType.RESTARTING, True, "Resized", f"a new chief attempt with {wanted.describe()}")
     return GO_ON
 
 
-def _resize_refused(spec: PSTrainingJobSpec, d: Draft, wanted: Shape, change: str) -> bool:
+def _resize_refused(d: Draft, verdict: SizingVerdict, change: str) -> bool:
     """spec.model.enforce refuses a shape whose parameter servers would not hold their shards."""
-    if spec.model is None:
-        return False
-    verdict = check_ps_memory(resize.with_shape(spec, wanted))
     if verdict.level is not SizingLevel.REFUSE:
         return False
     message = f"not resized {change}: {verdict.message}; spec.model.enforce is true"
@@ -247,10 +251,12 @@ def _resize_refused(spec: PSTrainingJobSpec, d: Draft, wanted: Shape, change: st
     return True
 
 
-def _resized(d: Draft, wanted: Shape, change: str) -> None:
+def _resized(d: Draft, wanted: Shape, change: str, sizing: SizingVerdict | None) -> None:
     d.status.shape = wanted
     d.condition(ConditionType.RESIZED, True, "Resized", change)
     d.events.append(Event("Normal", "Resized", change))
+    if sizing is not None:  # the verdict on the new shape, which runs now
+        _tell_sizing(d, sizing)
 
 
 def recover(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -500,9 +506,9 @@ def plan_reconcile(
 def _running_shape(job: Obj, spec: PSTrainingJobSpec, d: Draft) -> PSTrainingJobSpec:
     """The spec as the running attempt has it (resize.py): its shape, its pods. The shape is the
     spec's until a job has one (a new job, or one an older operator started: its replicas could
-    not change)."""
+    not change), and so are the PS resources of a shape an older operator wrote."""
     d.requested = resize.requested(spec)
-    d.status.shape = d.status.shape or d.requested
+    d.status.shape = resize.running(d.status.shape, spec)
     name = job["metadata"]["name"]
     d.observed, d.status.tracking = resize.within(d.observed, d.status.tracking, name, d.status.shape)
     return resize.with_shape(spec, d.status.shape)

@@ -15,8 +15,9 @@ from typing import Any
 
 from psoperator import GROUP, KIND, VERSION
 from psoperator.api.labels import ANNOTATION_HASH
-from psoperator.api.models import Admission, PSTrainingJobSpec
+from psoperator.api.models import Admission, PSTrainingJobSpec, Shape
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
+from psoperator.policies.resize import requested, with_shape
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
 from psoperator.render.networkpolicy import render_peer_policy, render_progress_policy
 from psoperator.render.pod import Manifest, render_pod_template
@@ -47,9 +48,9 @@ class RenderOptions:
     # The operator's own namespace, which alone may read the chief's progress port; None (run out of
     # cluster without --operator-namespace): no namespace may.
     operator_namespace: str | None = None
-    # The parameter servers and workers of the attempt that runs (status.shape), when the spec asks
-    # for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
-    shape: tuple[int, int] | None = None
+    # The parameter servers, workers and PS resources of the attempt that runs (status.shape), when
+    # the spec asks for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
+    shape: Shape | None = None
     # A queued job (the label kueue.x-k8s.io/queue-name): its Workload waits in this LocalQueue,
     # with this WorkloadPriorityClass and value.
     queue: str | None = None
@@ -105,9 +106,10 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     the NetworkPolicies unless spec.networkPolicy.enabled is false, and a queued job's Workload."""
     opts = options or RenderOptions(**overrides)
     spec = PSTrainingJobSpec.model_validate(job["spec"])
+    if opts.shape is not None:
+        spec = with_shape(spec, opts.shape)
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-    ps, workers = opts.shape or (spec.ps.replicas, spec.worker.replicas)
-    replicas = {Role.CHIEF: 1, Role.PS: ps, Role.WORKER: workers}
+    replicas = {Role.CHIEF: 1, Role.PS: spec.ps.replicas, Role.WORKER: spec.worker.replicas}
     cluster = cluster_spec(name, namespace, replicas, spec.port, opts.cluster_domain)
     inline = fits_environment(cluster)
     templates = _pod_templates(spec, name, cluster if inline else None, opts.attempt)
@@ -119,7 +121,8 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     if opts.queue is not None:
         counts = {**replicas, Role.EVALUATOR: 1}
         pod_sets = [pod_set(role, counts[role], template) for role, template in templates.items()]
-        children.append(render_workload(name, namespace, opts.queue, (ps, workers), pod_sets, opts.priority))
+        shape = requested(spec)  # the spec as the running attempt has it
+        children.append(render_workload(name, namespace, opts.queue, shape, pod_sets, opts.priority))
     if opts.admission is not None:
         templates = {role: with_admission(t, opts.admission.of(role.value)) for role, t in templates.items()}
     children += _workloads_of(spec, name, namespace, replicas, templates, opts)

@@ -1,17 +1,20 @@
 """A queued job's Kueue Workload (queueing.py): one pod set per role, with its rendered pod template
 (Kueue sums their requests), the LocalQueue and the priority.
 
-Its name carries the shape (status.shape): a resize asks for other requests, so it is a new
-Workload, queued again, and the old one is deleted first (never two of one job at once). Nothing
-else of it changes once it exists (render.changeable): Kueue refuses changes to an admitted
-Workload's pod sets, and an operator upgrade that renders other templates must not evict a job.
+Its name carries the shape (status.shape): a resize (replicas, PS resources) asks for other
+requests, so it is a new Workload, queued again, and the old one is deleted first (never two of
+one job at once). Nothing else of it changes once it exists (render.changeable): Kueue refuses
+changes to an admitted Workload's pod sets, and an operator upgrade that renders other templates
+must not evict a job.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 
-from psoperator.api.models import PodSetAdmission
+from psoperator.api.models import PodSetAdmission, Shape
 from psoperator.contract import Role
 from psoperator.render.names import job_labels
 from psoperator.render.pod import Manifest
@@ -20,8 +23,15 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 
-def workload_name(job_name: str, ps: int, workers: int) -> str:
-    return f"{job_name}-{ps}ps-{workers}w"
+def workload_name(job_name: str, shape: Shape) -> str:
+    """E.g. ctr-2ps-4w, and a hash of the PS containers' resources when they set any (a change
+    of them is a resize too: other requests)."""
+    name = f"{job_name}-{shape.ps}ps-{shape.workers}w"
+    if not shape.ps_resources:
+        return name
+    resources = {k: v.model_dump(exclude_none=True) for k, v in shape.ps_resources.items()}
+    digest = hashlib.sha256(json.dumps(resources, sort_keys=True).encode()).hexdigest()[:5]
+    return f"{name}-{digest}"
 
 
 def pod_set(role: Role, count: int, template: Manifest) -> Manifest:
@@ -33,7 +43,7 @@ def render_workload(
     job_name: str,
     namespace: str,
     queue: str,
-    shape: tuple[int, int],
+    shape: Shape,
     pod_sets: list[Manifest],
     priority: tuple[str, int] | None = None,
 ) -> Manifest:
@@ -48,7 +58,7 @@ def render_workload(
         "apiVersion": API_VERSION,
         "kind": "Workload",
         "metadata": {
-            "name": workload_name(job_name, *shape),
+            "name": workload_name(job_name, shape),
             "namespace": namespace,
             "labels": job_labels(job_name, "workload"),
         },
