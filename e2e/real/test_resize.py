@@ -27,7 +27,7 @@ from e2e.util import wait_for
 STEPS = 6000
 # Steps a new shape trains before the next resize: enough for a loss to compare.
 TRAINED_BETWEEN = 100
-RESIZES = [(3, 2)]  # the others run on the local control plane (e2e/test_recovery.py)
+RESIZES = [(3, 2), (2, 2), (2, 4), (2, 1)]
 Obj = dict[str, Any]
 
 
