@@ -38,6 +38,7 @@ from e2e.util import condition, wait_for
 
 Obj = dict[str, Any]
 QUEUE, CLUSTER_QUEUE, FLAVOR = "team", "psop-e2e-cq", "psop-e2e-linux"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # One example job asks for 600m and 3,840Mi (examples/ctr-job.yaml at this machine's sizes): the
 # quota fits one, not two.
 QUOTA = ("900m", "5Gi")
@@ -51,7 +52,7 @@ def queued_job(namespace: str, name: str, steps: int, priority: str | None = Non
             doc["metadata"]["name"] = f"{name}-checkpoints"
         if doc["kind"] == "PSTrainingJob":
             doc["metadata"]["name"] = name
-            labels = {"kueue.x-k8s.io/queue-name": QUEUE}
+            labels = {QUEUE_LABEL: QUEUE}
             if priority is not None:
                 labels["kueue.x-k8s.io/priority-class"] = priority
             doc["metadata"]["labels"] = labels
@@ -143,11 +144,25 @@ def test_two_jobs_for_a_quota_of_one_run_one_after_the_other(
     assert "Queued" in listed, listed
     assert not psjobs.live_pods(k8s, namespace, "second", "ps")
 
+    nowhere = queued_job(namespace, "nowhere", STEPS // 2)
+    next(d for d in nowhere if d["kind"] == "PSTrainingJob")["metadata"]["labels"][QUEUE_LABEL] = (
+        "no-such-queue"
+    )
+    apply(kubeconfig, namespace, nowhere)
+    inadmissible = wait_for(
+        lambda: (c := queued_condition(k8s, namespace, "nowhere")) and c["reason"] == "Inadmissible" and c,
+        timeout=60,
+        message="Kueue's word on a queue that does not exist",
+    )
+    assert "LocalQueue no-such-queue doesn't exist" in inadmissible["message"], inadmissible
+
     wait_succeeded(k8s, namespace, "first")
     finished = time.monotonic()
     wait_succeeded(k8s, namespace, "second")
     figures.record("kueue: first Succeeded → second Succeeded", time.monotonic() - finished, "s")
-    kubectl(kubeconfig, "delete", "psjob", "first", "second", "-n", namespace, "--wait=true")
+    assert psjobs.status(k8s, namespace, "nowhere")["phase"] == "Queued"  # still, with no pod
+    assert not psjobs.live_pods(k8s, namespace, "nowhere", "ps")
+    kubectl(kubeconfig, "delete", "psjob", "first", "second", "nowhere", "-n", namespace, "--wait=true")
     wait_for(
         lambda: not workloads(k8s, namespace), timeout=60, message="the Workloads deleted with their jobs"
     )
