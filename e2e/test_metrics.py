@@ -168,8 +168,8 @@ def _the_story_is_told(k8s: client.ApiClient, namespace: str, kubeconfig: Path) 
     assert "from the latest checkpoint, step 200" in told["ParameterServerLost"]
     assert told["Recovered"].endswith("s after the failure")  # no progress served by the new chief
     header, row = kubectl(kubeconfig, "get", "psjob", "ctr", "-n", namespace, "-o", "wide").splitlines()
-    assert header.split()[-5:] == ["CHECKPOINT", "CHECKPOINT", "AGE", "LAST", "FAILURE"]
-    assert row.split()[-4] == "1000" and row.split()[-2:] == ["ps-1", "OOMKilled"]
+    assert header.split()[-6:] == ["CHECKPOINT", "CHECKPOINT", "AGE", "LAST", "FAILURE", "QUEUE"]
+    assert row.split()[-5] == "1000" and row.split()[-3:] == ["ps-1", "OOMKilled", "<none>"]
 
 
 def _no_alert_but(prom: monitoring.PrometheusProcess, expected: set[str]) -> None:
