@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,15 +28,13 @@ from kubernetes import client, config
 from e2e.clusters import CLUSTER_SH
 from e2e.kubectl import kubectl
 from e2e.paths import CACHE, REPO
+from e2e.real.commands import BUILD_IMAGES, REALNODE_SH, helm, run
 from e2e.real.example import PLAIN_TF_IMAGE, TRAINER_IMAGE
 from e2e.util import as_json, unavailable, wait_for
 
-REALNODE_SH = REPO / "e2e" / "cluster" / "realnode.sh"
-BUILD_IMAGES = REPO / "images" / "build.sh"
 OPERATOR_IMAGE = os.environ.get("PSOPERATOR_OPERATOR_IMAGE", "ps-training-operator:dev")
 RELEASE, RELEASE_NS = "psoperator", "psoperator-system"
 CHART = REPO / "charts" / "ps-training-operator"
-LOGS = CACHE / "real" / "logs"
 OPERATOR_PODS = "app.kubernetes.io/name=ps-training-operator"
 
 
@@ -68,32 +65,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="session")
 def figures() -> Figures:
     return FIGURES
-
-
-def run(*args: str | Path, timeout: float = 600, log: str | None = None) -> str:
-    """Runs a command; its stderr (or the log file named `log`) is in the error when it fails."""
-    command = [str(a) for a in args]
-    if log is None:
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
-        )
-        if result.returncode != 0:
-            pytest.fail(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-6000:]}")
-        return result.stdout
-    LOGS.mkdir(parents=True, exist_ok=True)
-    path = LOGS / log
-    with path.open("w") as out:
-        code = subprocess.run(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        ).returncode
-    if code != 0:
-        pytest.fail(f"{' '.join(command)} failed ({code}):\n{path.read_text(errors='replace')[-6000:]}")
-    return path.read_text(errors="replace")
 
 
 def _missing() -> str | None:
@@ -150,10 +121,6 @@ def images(kubeconfig: Path) -> dict[str, str]:
         size = int(run("docker", "image", "inspect", "-f", "{{.Size}}", image).strip())
         FIGURES.record(f"image size {image}", size / 2**20, "MiB")
     return built
-
-
-def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:
-    return run(CACHE / "bin" / "helm", "--kubeconfig", str(kubeconfig), *args, timeout=timeout)
 
 
 def uninstall_others(kubeconfig: Path) -> None:
