@@ -7,6 +7,9 @@ two images built from the repository's Dockerfiles, and the operator installed w
   release     (session)  `helm install` of the chart with the built operator image, in-cluster,
                          Pod Security `restricted` enforced on its namespace; Deployment Available
   figures     (session)  measured figures, printed as a table at the end of the run
+  kueue       (session)  Kueue installed with its own chart (e2e/real/kueue.py), answering; its
+                         namespace
+  kueue_objects          Kueue objects a test creates (flavors, queues, workloads), deleted after it
 
 These tests need root, Docker and the built binaries; in CI they fail when something is missing,
 elsewhere they skip.
@@ -30,6 +33,9 @@ from e2e.kubectl import kubectl
 from e2e.paths import CACHE, REPO
 from e2e.real.commands import BUILD_IMAGES, REALNODE_SH, helm, run
 from e2e.real.example import PLAIN_TF_IMAGE, TRAINER_IMAGE
+from e2e.real.kueue import NAMESPACE as KUEUE_NAMESPACE
+from e2e.real.kueue import KueueObjects
+from e2e.real.kueue import install as install_kueue
 from e2e.util import as_json, unavailable, wait_for
 
 OPERATOR_IMAGE = os.environ.get("PSOPERATOR_OPERATOR_IMAGE", "ps-training-operator:dev")
@@ -186,6 +192,21 @@ def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> 
     yield RELEASE_NS
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
     kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--wait=false")
+
+
+@pytest.fixture(scope="session")
+def kueue(kubeconfig: Path) -> str:
+    """Kueue, installed once (or found installed) and answering; its namespace."""
+    for step, seconds in install_kueue(kubeconfig).items():
+        FIGURES.record(step, seconds, "s")
+    return KUEUE_NAMESPACE
+
+
+@pytest.fixture
+def kueue_objects(kueue: str, k8s: client.ApiClient) -> Iterator[KueueObjects]:
+    objects = KueueObjects(k8s)
+    yield objects
+    objects.delete_all()
 
 
 @pytest.hookimpl(wrapper=True)
