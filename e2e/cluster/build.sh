@@ -144,8 +144,9 @@ build_training_operator() {
   mark "$name" "$version"
 }
 
-# Kueue: its go.mod has no replace directives, so `go install` builds its manager as released; the
-# module also carries its own Helm chart, copied next to the binaries for `helm install`.
+# Kueue: its go.mod has no replace directives, so `go install` builds its manager as released (13
+# minutes cold on 2 cores while another build ran); the module also carries its own Helm chart,
+# copied into the cache for `helm install` (e2e/real/kueue.py).
 build_kueue() {
   local name=kueue version=$KUEUE_VERSION module=sigs.k8s.io/kueue chart="$CACHE/charts/kueue-$KUEUE_VERSION"
   if [ ! -f "$chart/Chart.yaml" ]; then
