@@ -49,6 +49,8 @@ MANAGED_LABEL, MANAGED = "psoperator.io/kueue", "managed"
 READER = "kueue-pstrainingjob-reader"
 # The node's pause image (realnode.sh): a Workload's pod template must name some image.
 PAUSE_IMAGE = "psoperator.local/pause:1"
+# The GPUs the real node advertises (realnode.sh's GPUS).
+GPU, NODE_GPUS = "nvidia.com/gpu", "4"
 PROBE_FLAVOR = "psop-kueue-webhook-probe"
 VISIBILITY_API = f"v1beta2.visibility.{GROUP}"
 
@@ -193,10 +195,13 @@ def resource_flavor(name: str) -> dict[str, Any]:
     return _object("ResourceFlavor", name, {})
 
 
-def cluster_queue(name: str, flavor: str, cpu: str, memory: str) -> dict[str, Any]:
-    """A ClusterQueue for the opted-in namespaces with a cpu and memory quota in one flavor; a
-    pending workload preempts admitted ones of lower priority in the same queue."""
-    quotas = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory}]
+def cluster_queue(name: str, flavor: str, cpu: str, memory: str, gpus: str = NODE_GPUS) -> dict[str, Any]:
+    """A ClusterQueue for the opted-in namespaces with a cpu, memory and GPU quota in one flavor
+    (Kueue admits no workload asking for a resource its queue does not cover, and the example's
+    workers ask for GPUs); a pending workload preempts admitted ones of lower priority in the same
+    queue."""
+    quotas = {"cpu": cpu, "memory": memory, GPU: gpus}
+    resources = [{"name": resource, "nominalQuota": quota} for resource, quota in quotas.items()]
     return _object(
         "ClusterQueue",
         name,
@@ -204,7 +209,7 @@ def cluster_queue(name: str, flavor: str, cpu: str, memory: str) -> dict[str, An
             "namespaceSelector": {"matchLabels": {MANAGED_LABEL: MANAGED}},
             "queueingStrategy": "BestEffortFIFO",
             "resourceGroups": [
-                {"coveredResources": ["cpu", "memory"], "flavors": [{"name": flavor, "resources": quotas}]}
+                {"coveredResources": list(quotas), "flavors": [{"name": flavor, "resources": resources}]}
             ],
             "preemption": {"withinClusterQueue": "LowerPriority"},
         },
