@@ -43,7 +43,7 @@ lint() {
   ruff check .
   ruff format --check .
   mypy
-  hadolint Dockerfile images/trainer/Dockerfile examples/plain-tf/Dockerfile
+  hadolint Dockerfile images/trainer/Dockerfile examples/plain-tf/Dockerfile images/kueue/Dockerfile
 }
 
 pytest_all() {
@@ -61,4 +61,5 @@ step "Python packages (pip)" python_packages
 step "lint and types" lint
 step "binaries: control plane, node, CoreDNS, helm, prometheus" e2e/cluster/cluster.sh build
 step "images: base (mmdebstrap), operator, trainer" images/build.sh
+step "Kueue: its manager (Go) and image" images/build.sh kueue
 step "tests (pytest)" pytest_all "$@"

@@ -5,10 +5,14 @@
 #   images/build.sh         build (or reuse) the base and the images
 #   images/build.sh save    the same, then `docker save` each image into the cache and print the
 #                           archive paths on stdout, for `ctr -n k8s.io images import <path>`
+#   images/build.sh kueue   the base and Kueue's image only (images/kueue/Dockerfile), from its
+#                           manager, which `e2e/cluster/build.sh kueue` builds if not cached: for
+#                           the tests that install Kueue (e2e/real/kueue.py) and CI, not the demo
 # Progress goes to stderr, ending with a table of each step's seconds and each image's size.
 # Environment: PSOPERATOR_CACHE (~/.cache/psoperator), PSOPERATOR_OPERATOR_IMAGE,
-# PSOPERATOR_TRAINER_IMAGE and PSOPERATOR_PLAIN_TF_IMAGE (the tags), PSOPERATOR_TENSORFLOW (the pip
-# requirement installed in the trainer and the example, whose base has none), PSOPERATOR_CACERT (the CA bundle given as secret), DOCKER.
+# PSOPERATOR_TRAINER_IMAGE, PSOPERATOR_PLAIN_TF_IMAGE and PSOPERATOR_KUEUE_IMAGE (the tags),
+# KUEUE_VERSION (e2e/cluster/build.sh's), PSOPERATOR_TENSORFLOW (the pip requirement installed in
+# the trainer and the example, whose base has none), PSOPERATOR_CACERT (the CA bundle given as secret), DOCKER.
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
@@ -17,9 +21,12 @@ cd "$(dirname "$0")/.."
 OPERATOR_IMAGE=${PSOPERATOR_OPERATOR_IMAGE:-ps-training-operator:dev}
 TRAINER_IMAGE=${PSOPERATOR_TRAINER_IMAGE:-ps-training-operator/trainer:dev}
 PLAIN_TF_IMAGE=${PSOPERATOR_PLAIN_TF_IMAGE:-ps-training-operator/plain-tf:dev}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+KUEUE_IMAGE=${PSOPERATOR_KUEUE_IMAGE:-ps-training-operator/kueue:$KUEUE_VERSION}
 TENSORFLOW=${PSOPERATOR_TENSORFLOW:-tensorflow-cpu==2.21.0}
 CACERT=${PSOPERATOR_CACERT:-/etc/ssl/certs/ca-certificates.crt}
 CACHE=${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}/images
+BIN=${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}/bin
 # A docker client newer than the daemon and without the buildx plugin cannot build with BuildKit;
 # the distribution's client, when there is one, matches the distribution's daemon.
 if [ -z "${DOCKER:-}" ]; then
@@ -83,8 +90,10 @@ make_base() {
   "$DOCKER" import "${change[@]}" "$BASE_TAR" "$BASE_IMAGE" >&2
 }
 
-# build_image TAG DOCKERFILE [BUILD ARGS...]: the daemon runs with no bridge, hence --network=host.
-build_image() {  # tag dockerfile context [docker build options...]
+BUILT=()
+# build_image TAG DOCKERFILE CONTEXT [BUILD OPTIONS...]: the daemon runs with no bridge, hence
+# --network=host.
+build_image() {
   local tag=$1 dockerfile=$2 context=$3
   shift 3
   local secret=()
@@ -92,6 +101,13 @@ build_image() {  # tag dockerfile context [docker build options...]
   log "building $tag from $dockerfile"
   DOCKER_BUILDKIT=1 "$DOCKER" build --network=host --progress=plain "${secret[@]}" "$@" \
     -f "$dockerfile" -t "$tag" "$context" >&2
+  BUILT+=("$tag")
+}
+
+# Kueue's manager, built (or found) in the binary cache, copied onto the base.
+build_kueue_image() {
+  KUEUE_VERSION=$KUEUE_VERSION e2e/cluster/build.sh kueue >&2
+  build_image "$KUEUE_IMAGE" images/kueue/Dockerfile "$BIN" --build-arg "BASE_IMAGE=$BASE_IMAGE"
 }
 
 ARCHIVES=()
@@ -118,7 +134,7 @@ report() {
     printf '\n%-60s %10s\n' step seconds
     for i in "${!STEPS[@]}"; do printf '%-60s %10s\n' "${STEPS[$i]}" "${SECONDS_TAKEN[$i]}"; done
     printf '\n%-60s %10s\n' image size
-    for tag in "$BASE_IMAGE" "$OPERATOR_IMAGE" "$TRAINER_IMAGE" "$PLAIN_TF_IMAGE"; do
+    for tag in "$BASE_IMAGE" "${BUILT[@]}"; do
       printf '%-60s %10s\n' "$tag" "$(megabytes "$("$DOCKER" image inspect -f '{{.Size}}' "$tag")")"
     done
     for archive in "${ARCHIVES[@]}"; do
@@ -128,9 +144,9 @@ report() {
 }
 
 case ${1:-build} in
-  build | save) ;;
+  build | save | kueue) ;;
   *)
-    echo "usage: $0 [build|save]" >&2
+    echo "usage: $0 [build|save|kueue]" >&2
     exit 2
     ;;
 esac
@@ -144,6 +160,11 @@ exec 9>"$CACHE/build.lock"
 flock 9
 
 timed "base $BASE_IMAGE" make_base
+if [ "${1:-build}" = kueue ]; then
+  timed "kueue $KUEUE_IMAGE" build_kueue_image
+  report
+  exit 0
+fi
 timed "operator $OPERATOR_IMAGE" build_image "$OPERATOR_IMAGE" Dockerfile . \
   --build-arg "PYTHON_IMAGE=$BASE_IMAGE"
 timed "trainer $TRAINER_IMAGE" build_image "$TRAINER_IMAGE" images/trainer/Dockerfile . \

@@ -4,6 +4,9 @@
 # (kube-router's policy controller), helm, and prometheus and promtool (the metrics, alert and
 # dashboard tests) from the Go module proxy into a cache outside the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
+# `build.sh kueue` builds only Kueue's manager and puts its Helm chart in the cache (images/build.sh
+# kueue calls it, for the tests that install Kueue, and e2e/run-tests.sh); the default target, which
+# `cluster.sh up` and so the demo run, does not build it.
 # `build.sh training-operator` builds only Kubeflow's training-operator v1, the benchmark's peer
 # (`python -m e2e.bench` calls it when the tfjob kind is chosen); the default target, which CI runs,
 # does not build it.
@@ -20,6 +23,7 @@ PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 # The only version the Go module proxy serves under this path (no v1.9.x).
 TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-v1.8.1}"
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
@@ -95,9 +99,11 @@ GO
 
 build_installable() {  # name version package [ldflags [tags]]
   have "$1" "$2" && { log "$1 $2: cached"; return; }
+  local start=$SECONDS
   log "$1 $2: building"
   GOBIN="$BIN" go install -trimpath -tags "${5:-}" -ldflags "-s -w ${4:-}" "$3@$2"
   mark "$1" "$2"
+  log "$1 $2: built in $((SECONDS - start)) s"
 }
 
 # The real node's NetworkPolicy enforcer: kube-router's policy controller (iptables and ipset; the
@@ -138,11 +144,26 @@ build_training_operator() {
   mark "$name" "$version"
 }
 
+# Kueue: its go.mod has no replace directives, so `go install` builds its manager as released (13
+# minutes cold on 2 cores while another build ran); the module also carries its own Helm chart,
+# copied into the cache for `helm install` (e2e/real/kueue.py).
+build_kueue() {
+  local name=kueue version=$KUEUE_VERSION module=sigs.k8s.io/kueue chart="$CACHE/charts/kueue-$KUEUE_VERSION"
+  if [ ! -f "$chart/Chart.yaml" ]; then
+    local dir
+    dir=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    mkdir -p "$CACHE/charts" && rm -rf "$chart.part"
+    cp -r "$dir/charts/kueue" "$chart.part" && chmod -R u+w "$chart.part" && mv "$chart.part" "$chart"
+    log "$name $version: chart in $chart"
+  fi
+  build_installable "$name" "$version" "$module/cmd/kueue" "-X $module/pkg/version.GitVersion=$version"
+}
+
 log "cache: $BIN"
-if [ "${1:-}" = training-operator ]; then
-  build_training_operator
-  exit 0
-fi
+case "${1:-}" in
+  training-operator) build_training_operator; exit 0 ;;
+  kueue) build_kueue; exit 0 ;;
+esac
 build_etcd
 build_installable kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
 build_installable kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"

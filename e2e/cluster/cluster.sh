@@ -107,7 +107,10 @@ EOF
 # Pods reach the API server through the kubernetes Service (kube-proxy translates 10.233.0.1:443
 # to the advertised 10.232.0.1, this host's address on the pods' bridge), so it listens beyond
 # loopback and its certificate names both addresses. The kubelet authenticates the API server's
-# client certificate (logs, exec) against the cluster CA.
+# client certificate (logs, exec) against the cluster CA. The API server calls webhooks and
+# aggregated APIs (Kueue's) at their pods' addresses, not their Services': on this host the Service
+# range is a blackhole route (realnode.sh), so a connect() to a ClusterIP fails before kube-proxy's
+# NAT could translate it ("connect: invalid argument").
 render_real_config() {
   kwokctl_options
   cat <<EOF
@@ -122,6 +125,7 @@ componentsPatches:
   - {key: kubelet-client-certificate, value: $WORKDIR/pki/admin.crt}
   - {key: kubelet-client-key, value: $WORKDIR/pki/admin.key}
   - {key: kubelet-preferred-address-types, value: InternalIP}
+  - {key: enable-aggregator-routing, value: "true"}
 - name: kube-controller-manager
   extraArgs:
   - {key: service-cluster-ip-range, value: 10.233.0.0/24}

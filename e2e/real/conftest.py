@@ -7,6 +7,9 @@ two images built from the repository's Dockerfiles, and the operator installed w
   release     (session)  `helm install` of the chart with the built operator image, in-cluster,
                          Pod Security `restricted` enforced on its namespace; Deployment Available
   figures     (session)  measured figures, printed as a table at the end of the run
+  kueue       (session)  Kueue installed with its own chart (e2e/real/kueue.py), answering; its
+                         namespace
+  kueue_objects          Kueue objects a test creates (flavors, queues, workloads), deleted after it
 
 These tests need root, Docker and the built binaries; in CI they fail when something is missing,
 elsewhere they skip.
@@ -17,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,15 +31,16 @@ from kubernetes import client, config
 from e2e.clusters import CLUSTER_SH
 from e2e.kubectl import kubectl
 from e2e.paths import CACHE, REPO
+from e2e.real.commands import BUILD_IMAGES, REALNODE_SH, helm, run
 from e2e.real.example import PLAIN_TF_IMAGE, TRAINER_IMAGE
+from e2e.real.kueue import NAMESPACE as KUEUE_NAMESPACE
+from e2e.real.kueue import KueueObjects
+from e2e.real.kueue import install as install_kueue
 from e2e.util import as_json, unavailable, wait_for
 
-REALNODE_SH = REPO / "e2e" / "cluster" / "realnode.sh"
-BUILD_IMAGES = REPO / "images" / "build.sh"
 OPERATOR_IMAGE = os.environ.get("PSOPERATOR_OPERATOR_IMAGE", "ps-training-operator:dev")
 RELEASE, RELEASE_NS = "psoperator", "psoperator-system"
 CHART = REPO / "charts" / "ps-training-operator"
-LOGS = CACHE / "real" / "logs"
 OPERATOR_PODS = "app.kubernetes.io/name=ps-training-operator"
 
 
@@ -68,32 +71,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="session")
 def figures() -> Figures:
     return FIGURES
-
-
-def run(*args: str | Path, timeout: float = 600, log: str | None = None) -> str:
-    """Runs a command; its stderr (or the log file named `log`) is in the error when it fails."""
-    command = [str(a) for a in args]
-    if log is None:
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
-        )
-        if result.returncode != 0:
-            pytest.fail(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-6000:]}")
-        return result.stdout
-    LOGS.mkdir(parents=True, exist_ok=True)
-    path = LOGS / log
-    with path.open("w") as out:
-        code = subprocess.run(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        ).returncode
-    if code != 0:
-        pytest.fail(f"{' '.join(command)} failed ({code}):\n{path.read_text(errors='replace')[-6000:]}")
-    return path.read_text(errors="replace")
 
 
 def _missing() -> str | None:
@@ -150,10 +127,6 @@ def images(kubeconfig: Path) -> dict[str, str]:
         size = int(run("docker", "image", "inspect", "-f", "{{.Size}}", image).strip())
         FIGURES.record(f"image size {image}", size / 2**20, "MiB")
     return built
-
-
-def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:
-    return run(CACHE / "bin" / "helm", "--kubeconfig", str(kubeconfig), *args, timeout=timeout)
 
 
 def uninstall_others(kubeconfig: Path) -> None:
@@ -219,6 +192,21 @@ def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> 
     yield RELEASE_NS
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
     kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--wait=false")
+
+
+@pytest.fixture(scope="session")
+def kueue(kubeconfig: Path) -> str:
+    """Kueue, installed once (or found installed) and answering; its namespace."""
+    for step, seconds in install_kueue(kubeconfig).items():
+        FIGURES.record(step, seconds, "s")
+    return KUEUE_NAMESPACE
+
+
+@pytest.fixture
+def kueue_objects(kueue: str, k8s: client.ApiClient) -> Iterator[KueueObjects]:
+    objects = KueueObjects(k8s)
+    yield objects
+    objects.delete_all()
 
 
 @pytest.hookimpl(wrapper=True)

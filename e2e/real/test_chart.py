@@ -10,7 +10,8 @@ from pathlib import Path
 from kubernetes import client
 
 from e2e.kubectl import kubectl
-from e2e.real.conftest import OPERATOR_IMAGE, helm, install, operator_pod
+from e2e.real.commands import helm
+from e2e.real.conftest import OPERATOR_IMAGE, install, operator_pod
 from e2e.util import as_json, wait_for
 
 RELEASE = "psop-chart"

@@ -29,7 +29,8 @@ from kubernetes import client
 from e2e import psjobs
 from e2e.kubectl import _kubectl, kubectl
 from e2e.real import example
-from e2e.real.conftest import REALNODE_SH, Figures, operator_pod
+from e2e.real.commands import REALNODE_SH
+from e2e.real.conftest import Figures, operator_pod
 from e2e.util import unavailable, wait_for
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 
