@@ -7,12 +7,9 @@ the same module, its webhooks and visibility API served by its pod in-cluster.
                                   seconds once Kueue answers (ready)
   opt_in(kubeconfig, namespace)   labels a namespace so that Kueue manages its jobs; Kueue's pod and
                                   job webhooks act nowhere else
-  resource_flavor, cluster_queue, local_queue, workload_priority_class, workload
+  resource_flavor, cluster_queue, local_queue, workload_priority_class
                                   pure builders of Kueue's objects (kueue.x-k8s.io/v1beta2)
-  quota_released(workload)        the status patch with which an external framework's controller
-                                  gives back an evicted Workload's quota (Kueue does it only for
-                                  the jobs it runs itself)
-  KueueObjects                    creates them, reads them back, deletes them all at the end
+  KueueObjects                    creates them, deletes them all at the end
 
 The release is left installed at the end of a session (the cluster usually goes with it): the next
 session with a kept cluster reuses it.
@@ -33,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.kubectl import kubectl
 from e2e.paths import CACHE
 from e2e.real.commands import BUILD_IMAGES, LOGS, REALNODE_SH, helm, run
-from e2e.util import condition, wait_for
+from e2e.util import wait_for
 
 KUEUE_VERSION = os.environ.get("KUEUE_VERSION", "v0.17.0")
 # images/build.sh and e2e/cluster/build.sh read the same variables.
@@ -47,8 +44,6 @@ API_VERSION = f"{GROUP}/{VERSION}"
 EXTERNAL_FRAMEWORK = "PSTrainingJob.v1alpha1.psoperator.io"
 MANAGED_LABEL, MANAGED = "psoperator.io/kueue", "managed"
 READER = "kueue-pstrainingjob-reader"
-# The node's pause image (realnode.sh): a Workload's pod template must name some image.
-PAUSE_IMAGE = "psoperator.local/pause:1"
 # The GPUs the real node advertises (realnode.sh's GPUS).
 GPU, NODE_GPUS = "nvidia.com/gpu", "4"
 PROBE_FLAVOR = "psop-kueue-webhook-probe"
@@ -230,51 +225,6 @@ def workload_priority_class(name: str, value: int) -> dict[str, Any]:
     }
 
 
-def workload(
-    namespace: str,
-    name: str,
-    queue: str,
-    requests: dict[str, str],
-    count: int = 1,
-    priority_class: tuple[str, int] | None = None,
-) -> dict[str, Any]:
-    """A Workload made by hand, as an external framework's controller makes one: one pod set of
-    `count` pods, each requesting `requests`; of a WorkloadPriorityClass (name, value) if given.
-    Kueue schedules by spec.priority, which nothing fills in from the class for a Workload it did
-    not make (its job reconciler does for its own): the creator sets both (the CRD requires
-    priority with priorityClassRef)."""
-    container = {"name": "main", "image": PAUSE_IMAGE, "resources": {"requests": requests}}
-    template = {"spec": {"restartPolicy": "Never", "containers": [container]}}
-    spec: dict[str, Any] = {
-        "queueName": queue,
-        "podSets": [{"name": "main", "count": count, "template": template}],
-    }
-    if priority_class is not None:
-        name_, value = priority_class
-        spec["priorityClassRef"] = {"group": GROUP, "kind": "WorkloadPriorityClass", "name": name_}
-        spec["priority"] = value
-    return _object("Workload", name, spec, namespace)
-
-
-def quota_released(wl: dict[str, Any], now: str) -> dict[str, Any]:
-    """The status merge patch that gives an evicted Workload's quota back, once its pods are gone:
-    what Kueue's own job reconciler does (workload.UnsetQuotaReservationWithCondition), for a
-    Workload it does not own. QuotaReserved and Admitted become False and the admission goes; the
-    other conditions (Evicted, Preempted) stay. A merge patch replaces the whole list."""
-    evicted = condition(wl.get("status"), "Evicted") or {}
-    changed = {
-        "QuotaReserved": {"reason": "Pending", "message": evicted.get("message", "")},
-        "Admitted": {"reason": "NoReservation", "message": "The workload has no reservation"},
-    }
-    conditions = [
-        {**c, "status": "False", "lastTransitionTime": now, **changed[c["type"]]}
-        if c["type"] in changed
-        else c
-        for c in wl.get("status", {}).get("conditions", [])
-    ]
-    return {"status": {"admission": None, "conditions": conditions}}
-
-
 class KueueObjects:
     """Kueue objects created through the API, deleted together (newest first) by `delete_all`; a
     namespace of None means a cluster-scoped kind."""
@@ -293,21 +243,6 @@ class KueueObjects:
             )
         self.created.append((kind, name, namespace))
         return cast(dict[str, Any], created)
-
-    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        if namespace is None:
-            found = self.custom.get_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name)
-        else:
-            found = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
-        return cast(dict[str, Any], found)
-
-    def patch_status(self, kind: str, name: str, namespace: str, patch: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURALS[kind], name, patch
-        )
-
-    def condition(self, kind: str, name: str, namespace: str | None, type_: str) -> dict[str, Any] | None:
-        return condition(self.get(kind, name, namespace).get("status"), type_)
 
     def _gone(self, kind: str, name: str, namespace: str | None) -> bool:
         """Deletes it unless it is gone already; whether it is."""
