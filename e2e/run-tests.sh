@@ -48,7 +48,7 @@ lint() {
 
 pytest_all() {
   local status=0
-  python -m pytest "$@" || status=$?
+  python -m pytest --durations=20 "$@" || status=$?
   if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: that is a failure" >&2
     return 1
