@@ -12,7 +12,6 @@ Obj = dict[str, Any]
 @dataclass(frozen=True)
 class WorkloadView:
     name: str
-    uid: str
     resource_version: str
     conditions: tuple[Obj, ...] = ()
     cluster_queue: str | None = None  # of its admission
@@ -43,7 +42,6 @@ def parse_workload(obj: Obj) -> WorkloadView:
     updates = [u for check in status.get("admissionChecks") or [] for u in check.get("podSetUpdates") or []]
     return WorkloadView(
         name=meta["name"],
-        uid=meta.get("uid", ""),
         resource_version=meta.get("resourceVersion", ""),
         conditions=tuple(status.get("conditions") or []),
         cluster_queue=admission.get("clusterQueue"),

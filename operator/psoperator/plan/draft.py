@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from psoperator.api.models import PSTrainingJobStatus, Shape
+from psoperator.api.models import PSTrainingJobStatus, Shape, Tracking
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.contract import Role
-from psoperator.observe.views import Observed
+from psoperator.observe.views import Observed, PodView
 from psoperator.policies import planned_stop, queueing
 from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome
 from psoperator.policies.queueing import WorkloadPatch
@@ -28,6 +28,12 @@ Obj = dict[str, Any]
 # are discarded), or one stopped after the stop's checkpoint was written. The runtime's drain on
 # SIGTERM (serving a last checkpoint before a planned stop, 20 s by default) has nothing to serve.
 RECYCLED_PS_GRACE_SECONDS = 1
+
+
+def stops_within_recycled_grace(pod: PodView) -> bool:
+    """Deleted already, with no more grace than RECYCLED_PS_GRACE_SECONDS: a deletion with it would
+    not cut the pod's stop shorter (a drained PS's longer grace would be)."""
+    return pod.deleting and (pod.deletion_grace or 0) <= RECYCLED_PS_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -169,8 +175,16 @@ class Draft(Actions):
         self.delete_pods += [
             PodDeletion(p.name, p.uid, RECYCLED_PS_GRACE_SECONDS)
             for p in self.observed.role_pods(Role.PS)
-            if not p.deleting or (p.deletion_grace or 0) > RECYCLED_PS_GRACE_SECONDS
+            if not stops_within_recycled_grace(p)
         ]
+
+    def stop_pods(self, reason: str, message: str) -> None:
+        """Nothing of the job runs (suspended, or waiting for its queue): its pods go on purpose, so
+        nothing is tracked, and the deadline, which counts running time only, does not run."""
+        self.status.start_time = None
+        self.status.tracking = Tracking()
+        self.condition(ConditionType.RUNNING, False, reason, message)
+        self.render = self.options(suspended=True)
 
     def awaiting_checkpoint(self, ask: CheckpointAsk) -> bool:
         """Whether the stop waits for the chief's answer to `ask`: asked now, unless it was answered

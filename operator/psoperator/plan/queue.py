@@ -3,7 +3,7 @@ Workload is admitted; the Workload is finished with the job."""
 
 from __future__ import annotations
 
-from psoperator.api.models import PSTrainingJobSpec, Tracking
+from psoperator.api.models import PSTrainingJobSpec
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.plan.draft import Draft, Event
 from psoperator.policies import planned_stop, queueing
@@ -64,12 +64,9 @@ def wait_for_admission(spec: PSTrainingJobSpec, d: Draft) -> bool:
 def _wait(d: Draft, reason: str, message: str) -> bool:
     """Nothing of the job runs while it waits (its Services and empty StatefulSets stay)."""
     d.status.admission = None
-    d.status.start_time = None  # the deadline counts running time only
-    d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
     d.condition(ConditionType.QUEUED, True, reason, message, event=Event("Normal", "Queued", message))
-    d.condition(ConditionType.RUNNING, False, "Queued", message)
     d.enter(Phase.QUEUED)
-    d.render = d.options(suspended=True)
+    d.stop_pods("Queued", message)
     return DECIDED
 
 

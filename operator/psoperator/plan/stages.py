@@ -30,7 +30,14 @@ from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
 from psoperator.contract import ProgressReport, Role
 from psoperator.observe.failures import Failure
 from psoperator.observe.views import START_ERRORS, Observed
-from psoperator.plan.draft import RECYCLED_PS_GRACE_SECONDS, Draft, Event, PodDeletion, ReconcilePlan
+from psoperator.plan.draft import (
+    RECYCLED_PS_GRACE_SECONDS,
+    Draft,
+    Event,
+    PodDeletion,
+    ReconcilePlan,
+    stops_within_recycled_grace,
+)
 from psoperator.plan.queue import finish_workload, wait_for_admission
 from psoperator.policies import (
     deadline,
@@ -146,12 +153,9 @@ def _suspend(spec: PSTrainingJobSpec, d: Draft) -> bool:
     elif not entering:  # as it was said when the job was suspended
         why = next((c.message for c in d.old.conditions if c.type == ConditionType.SUSPENDED), why)
     d.enter(Phase.SUSPENDED, event=Event("Normal", "Suspended", f"{why}: the job's pods are deleted"))
-    d.status.start_time = None  # the deadline counts running time only
-    d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
     d.condition(ConditionType.SUSPENDED, True, "Suspended", why)
-    d.condition(ConditionType.RUNNING, False, "Suspended", why)
     d.workload_wanted = False  # a queued job gives its quota back: resumed, it is queued again
-    d.render = d.options(suspended=True)
+    d.stop_pods("Suspended", why)
     if ask is not None:
         d.cut_ps_drain(ask)
     return DECIDED
@@ -436,12 +440,7 @@ def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
     else:
         recycling = ps_recycle.still_there(d.old.tracking.recycling or {}, d.observed)
     d.status.tracking.recycling = recycling or None
-    # Deleted already, with no more grace than ours (a drained PS's longer grace is cut short).
-    stopping = {
-        p.uid
-        for p in d.observed.role_pods(Role.PS)
-        if p.deleting and (p.deletion_grace or 0) <= RECYCLED_PS_GRACE_SECONDS
-    }
+    stopping = {p.uid for p in d.observed.role_pods(Role.PS) if stops_within_recycled_grace(p)}
     d.delete_pods += [
         PodDeletion(name, uid, RECYCLED_PS_GRACE_SECONDS)
         for name, uid in sorted(recycling.items())
@@ -493,7 +492,7 @@ def plan_reconcile(
         refuse_invalid_spec(d, error)
         return d.plan()
     merge_progress(d.status, report, d.stamp)
-    spec = _running_shape(job, spec, d)
+    spec = _running_shape(spec, d)
     for stage in STAGES:
         if stage(spec, d) is DECIDED:
             break
@@ -503,14 +502,13 @@ def plan_reconcile(
     return d.plan()
 
 
-def _running_shape(job: Obj, spec: PSTrainingJobSpec, d: Draft) -> PSTrainingJobSpec:
+def _running_shape(spec: PSTrainingJobSpec, d: Draft) -> PSTrainingJobSpec:
     """The spec as the running attempt has it (resize.py): its shape, its pods. The shape is the
     spec's until a job has one (a new job, or one an older operator started: its replicas could
     not change), and so are the PS resources of a shape an older operator wrote."""
     d.requested = resize.requested(spec)
     d.status.shape = resize.running(d.status.shape, spec)
-    name = job["metadata"]["name"]
-    d.observed, d.status.tracking = resize.within(d.observed, d.status.tracking, name, d.status.shape)
+    d.observed, d.status.tracking = resize.within(d.observed, d.status.tracking, d.name, d.status.shape)
     return resize.with_shape(spec, d.status.shape)
 
 
