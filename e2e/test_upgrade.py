@@ -35,6 +35,7 @@ def previous_version(directory: Path) -> Path:
     archive = subprocess.run(
         ["git", "-C", str(REPO), "archive", PREVIOUS, "operator"], check=True, capture_output=True, timeout=60
     ).stdout
+    directory.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True, timeout=60)
     pod = directory / "operator" / "psoperator" / "render" / "pod.py"
     source = pod.read_text()
