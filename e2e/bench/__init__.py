@@ -8,8 +8,10 @@ benchmark itself; "tfjob", a TFJob of Kubeflow's training-operator v1 (built on 
 process: see peer.py):
 - burst: N jobs (1 chief + 2 PS + 4 workers) created at once, create -> all pods Running, every kind
   in each round (the order reversed every other round), in one run;
-- recovery: N jobs Running, one PS failed in each at once: failure -> new chief pod (ours), failure
-  -> a replacement PS Running and how many chiefs were restarted (ours and tfjob);
+- recovery: N jobs Running, one PS failed in each at once: failure -> new chief pod and where the
+  time goes (ours, and the floor: the operator's deletions and new chief Job made by the benchmark
+  the moment it sees each PS fail, floor.py), failure -> a replacement PS Running and how many
+  chiefs were restarted (every kind), each kind in each round as in the burst;
 - steady: N Running jobs for some time: the operator's RSS, CPU, API requests (counted by the API
   server) and reconciles, per job per minute; at rest, in training, and at rest after the operator
   restarted (with its peak RSS from the restart until it had reconciled every job);

@@ -23,7 +23,7 @@ from e2e.operator_process import OperatorProcess
 from e2e.util import free_port
 
 SCENARIOS = ("burst", "recovery", "steady", "big", "lifecycle")
-KINDS = ("ours", "floor", "tfjob")  # burst: all; recovery: those with an operator
+KINDS = ("ours", "floor", "tfjob")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Sizes:
     burst_jobs: int
     burst_rounds: int  # each round runs every kind, in reversed order every other round
     recovery_jobs: int
+    recovery_rounds: int  # as the burst's
     steady_jobs: int
     steady_seconds: float
     big_ps: int
@@ -38,32 +39,42 @@ class Sizes:
     lifecycle_jobs: int
 
 
-SHORT = Sizes(20, 2, 20, 50, 60, 10, 500, 20)
-FULL = Sizes(200, 2, 100, 1000, 300, 50, 5000, 100)
+SHORT = Sizes(20, 2, 20, 2, 50, 60, 10, 500, 20)
+FULL = Sizes(200, 2, 100, 2, 1000, 300, 50, 5000, 100)
 
 
 def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str], kinds: list[str]) -> dict[str, Any]:
     results: dict[str, Any] = {"sizes": asdict(sizes)}
     if "burst" in chosen:
-        rounds: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
-        for r in range(sizes.burst_rounds):
-            for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                rounds[kind].append(scenarios.burst(bench, kind, sizes.burst_jobs))
-                print(
-                    f"burst round {r + 1} {kind}: {measure.percentiles(rounds[kind][-1]['seconds'])}",
-                    flush=True,
-                )
-        results["burst"] = rounds
+        results["burst"] = _rounds(
+            kinds, sizes.burst_rounds, "burst", lambda kind: scenarios.burst(bench, kind, sizes.burst_jobs)
+        )
     if "recovery" in chosen:
-        results["recovery"] = {
-            kind: scenarios.recovery(bench, kind, sizes.recovery_jobs) for kind in kinds if kind != "floor"
-        }
+        results["recovery"] = _rounds(
+            kinds,
+            sizes.recovery_rounds,
+            "recovery",
+            lambda kind: scenarios.recovery(bench, kind, sizes.recovery_jobs),
+        )
     if "steady" in chosen:
         results["steady"] = scenarios.steady(bench, sizes.steady_jobs, sizes.steady_seconds)
     if "big" in chosen:
         results["big"] = scenarios.big(bench, sizes.big_ps, sizes.big_workers)
     if "lifecycle" in chosen:
         results["lifecycle"] = scenarios.lifecycle(bench, sizes.lifecycle_jobs)
+    return results
+
+
+def _rounds(
+    kinds: list[str], rounds: int, scenario: str, run_one: Callable[[str], dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Every kind in each round, in reversed order every other round: the kinds see the same cluster."""
+    results: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    for r in range(rounds):
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            results[kind].append(run_one(kind))
+            seconds = results[kind][-1].get("seconds") or results[kind][-1]["ps_replaced_seconds"]
+            print(f"{scenario} round {r + 1} {kind}: {measure.percentiles(seconds)}", flush=True)
     return results
 
 
@@ -103,18 +114,24 @@ def _percentile_text(values: list[float]) -> str:
     return f"p50 {p['p50']:.2f}s p99 {p['p99']:.2f}s max {p['last']:.2f}s"
 
 
-def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, dict[str, Any]]) -> list[str]:
-    lines, label = [], f"recovery, {sizes['recovery_jobs']} jobs"
-    if ours := recovery.get("ours"):
-        lines.append(_row(f"{label}: PS failure -> new chief (ours)", _percentile_text(ours["seconds"])))
-        lines += [_row(f"  {s.replace('_', ' ')}", _percentile_text(ours[s])) for s in STAGES]
-    p = {kind: measure.percentiles(r["ps_replaced_seconds"]) for kind, r in recovery.items()}
-    for kind, r in recovery.items():
-        restarted = f"chief restarted in {r['chiefs_restarted']} of {r['jobs']} jobs"
-        text = _percentile_text(r["ps_replaced_seconds"])
-        lines.append(_row(f"{label}: PS failure -> new PS Running ({kind})", text, restarted))
-    if len(p) > 1:
-        lines.append(_row("  new PS Running", f"p50 {_ratios(p, 'p50')}; p99 {_ratios(p, 'p99')}"))
+def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = []
+    for i in range(len(recovery["ours"])):
+        runs, label = (
+            {kind: rounds[i] for kind, rounds in recovery.items()},
+            f"recovery, {sizes['recovery_jobs']} jobs, round {i + 1}",
+        )
+        restarting = {kind: r for kind, r in runs.items() if "seconds" in r}
+        for kind, r in restarting.items():
+            lines.append(_row(f"{label}: PS failure -> new chief ({kind})", _percentile_text(r["seconds"])))
+            lines += [_row(f"  {s.replace('_', ' ')}", _percentile_text(r[s])) for s in STAGES]
+        if len(restarting) > 1:
+            p = {kind: measure.percentiles(r["seconds"]) for kind, r in restarting.items()}
+            lines.append(_row("  new chief", f"p50 {_ratios(p, 'p50')}; p99 {_ratios(p, 'p99')}"))
+        for kind, r in runs.items():
+            restarted = f"chief restarted in {r['chiefs_restarted']} of {r['jobs']} jobs"
+            text = _percentile_text(r["ps_replaced_seconds"])
+            lines.append(_row(f"{label}: PS failure -> new PS Running ({kind})", text, restarted))
     return lines
 
 

@@ -9,6 +9,7 @@ watches every namespace, as installed, and acts on TFJobs only (`bench-tfjob-*`)
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -21,14 +22,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e import chaos, psjobs
-from e2e.bench import measure, peer
+from e2e.bench import floor, measure, peer
 from e2e.bench.podwatch import OURS, PodLabels, PodWatch
 from e2e.bench.progress import ChiefProgress
 from e2e.operator_process import OperatorProcess
 from e2e.util import WaitTimeout, rss_mib, wait_for
 from psoperator.control import polling
-from psoperator.kube import Kube
-from psoperator.render import render_children
 
 Obj = dict[str, Any]
 CREATORS = 8  # concurrent clients creating the jobs of a burst (the same for ours and the floor)
@@ -112,15 +111,7 @@ def create_ours(bench: Bench, ns: str, ps: int, workers: int) -> Callable[[str],
 
 
 def create_floor(bench: Bench, ns: str, ps: int, workers: int) -> Callable[[str], None]:
-    """The job object (never reconciled: no operator watches the namespace), then its children as
-    the operator would create them."""
-    kube = Kube(bench.api)
-
-    def create(name: str) -> None:
-        job = psjobs.create(bench.api, ns, job_manifest(name, ps, workers))
-        kube.apply_children(ns, job["metadata"]["uid"], render_children(job), [])
-
-    return create
+    return floor.create(bench.api, ns, lambda name: job_manifest(name, ps, workers))
 
 
 def create_tfjob(bench: Bench, ns: str, ps: int, workers: int) -> Callable[[str], None]:
@@ -224,23 +215,26 @@ def fail_ps(bench: Bench, ns: str, names: list[str]) -> dict[str, float]:
 
 
 def recovery(bench: Bench, kind: str, jobs: int) -> dict[str, Any]:
-    """PS 0 of each of `jobs` Running jobs fails at once. Ours: failure -> new chief pod, and where
-    that time goes. Both: failure -> a replacement PS 0 Running, and how many jobs had their chief
-    restarted (ours restarts every one; the peer has no PS-aware recovery: it is given
-    OBSERVE_SECONDS more to show one)."""
+    """PS 0 of each of `jobs` Running jobs fails at once. Ours and the floor (its requests made by
+    the benchmark: floor.Recovery): failure -> new chief pod, and where that time goes. Ours and the
+    peer: failure -> a replacement PS 0 Running, and how many jobs had their chief restarted (ours
+    restarts every one; the peer has no PS-aware recovery: it is given OBSERVE_SECONDS more to show one)."""
     running = start_running(bench, kind, "recovery", jobs, 2, 4)
     names, pods = running.names, running.pods
+    restarting = kind in ("ours", "floor")
+    recovering = floor.Recovery(bench.api, running.namespace, pods, lambda job: f"{job}-ps-0")
     try:
-        before = set(pods.seen)
-        injected = fail_ps(bench, running.namespace, names)
-        result: dict[str, Any] = {}
-        if kind == "ours":
-            chiefs = pods.wait_chiefs(names, attempt=1, timeout=TIMEOUT)
-            result = {"seconds": [chiefs[n] - injected[n] for n in names], **_stages(pods, injected)}
-        replaced = pods.wait_replaced(before, {n: f"{n}-ps-0" for n in names}, TIMEOUT)
-        if kind != "ours":
-            time.sleep(OBSERVE_SECONDS)
-        restarted = set(pods.new_pods(before, "chief")) | {job for job, _ in pods.chief_deleting_at}
+        with recovering if kind == "floor" else contextlib.nullcontext():
+            before = set(pods.seen)
+            injected = fail_ps(bench, running.namespace, names)
+            result: dict[str, Any] = {}
+            if restarting:
+                chiefs = pods.wait_chiefs(names, attempt=1, timeout=TIMEOUT)
+                result = {"seconds": [chiefs[n] - injected[n] for n in names], **_stages(pods, injected)}
+            replaced = pods.wait_replaced(before, {n: f"{n}-ps-0" for n in names}, TIMEOUT)
+            if not restarting:
+                time.sleep(OBSERVE_SECONDS)
+            restarted = set(pods.new_pods(before, "chief")) | {job for job, _ in pods.chief_deleting_at}
     finally:
         stop(bench, running)
     ps_seconds = [replaced[n] - injected[n] for n in names]
