@@ -11,6 +11,12 @@ So a coordinated restart restarts every parameter server that served the chief b
 PS that failed is new already), and the new chief is held until they are gone: it never connects
 to one of them. A PS then holds one copy whatever the number of restarts, which is what the sizing
 planner plans for. Workers are kept: they hold no variables (measured: +4 MiB per restart).
+
+The new chief also waits until every parameter server of its attempt has an address. A PS's name
+(its record in the headless Service) exists only from then on, and a lookup made before is
+answered "no such name" for a while after (CoreDNS caches the answer, gRPC's resolver backs off):
+seen once in CI (2026-12-02), a new chief exited 138 with `UnavailableError: errors resolving
+ctr-ps-0.ctr-ps...: Temporary failure in name resolution`, a second restart for nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +47,12 @@ def still_there(recycling: dict[str, str], observed: Observed) -> dict[str, str]
     """The recycled PS pods that still exist: until none does, the new chief waits."""
     present = {p.uid for p in observed.role_pods(Role.PS)}
     return {name: uid for name, uid in recycling.items() if uid in present}
+
+
+def without_address(replicas: int, observed: Observed) -> list[int]:
+    """The PS tasks (by index) that no pod of the attempt serves at an address yet."""
+    served = {p.index for p in observed.role_pods(Role.PS) if p.ip and not (p.deleting or p.failed)}
+    return [index for index in range(replicas) if index not in served]
 
 
 def describe(recycling: dict[str, str]) -> str:
