@@ -30,6 +30,8 @@ from e2e.kubectl import kubectl
 from e2e.real import example
 from e2e.real.conftest import Figures
 from e2e.util import as_json, wait_for
+from psoperator.api.models import ModelHints
+from psoperator.sizing.planner import plan_ps
 
 CONTAINERD_SOCK = "/run/psoperator-real/containerd.sock"
 STEPS = int(os.environ.get("PSOPERATOR_REAL_STEPS", "1200"))
@@ -232,6 +234,12 @@ def test_a_deleted_chief_exits_143_and_its_restart_does_not_count(
 # A model whose copy stands out from the TensorFlow runtime: 4,000,000 x 16 fp32 and Adagrad's
 # accumulator, 256 MiB of state on each of 2 PS.
 BIG_MODEL = ["--vocab-size=4000000", "--embedding-dim=16"]
+# The same model as the sizing planner sees it (the runtime's default 64 MiB shards).
+BIG_MODEL_HINTS = {
+    "embeddings": [{"name": "embedding", "rows": 4_000_000, "dim": 16}],
+    "optimizer": "adagrad",
+    "maxShardBytes": 64 << 20,
+}
 ENDLESS_CHECKPOINT_STEPS = 40
 CHIEF_RESTARTS = 5
 PS_MEMORY_BOUND = 1.10
@@ -303,7 +311,8 @@ def test_chief_restarts_restart_the_ps_too_and_their_memory_stays_flat(
     kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
 ) -> None:
     """Five chiefs SIGKILLed in a row, each after its next checkpoint: the operator restarts the
-    parameter servers with every new chief, so each holds one copy of the model, not one per chief."""
+    parameter servers with every new chief, so each holds one copy of the model, not one per chief,
+    within what the sizing planner gives a PS of this model."""
     name = apply_endless(kubeconfig, job_namespace, BIG_MODEL)
     memory: list[dict[str, float]] = []
     checkpoint = -1
@@ -333,6 +342,11 @@ def test_chief_restarts_restart_the_ps_too_and_their_memory_stays_flat(
     for later in memory[2:]:
         for pod, mib in later.items():
             assert mib <= PS_MEMORY_BOUND * memory[1][pod], (pod, memory[1], later)
+    # The planner sizes for what a PS holds after a restore, with its headroom.
+    need = plan_ps(ModelHints.model_validate(BIG_MODEL_HINTS), num_ps=2).per_ps_bytes / 2**20
+    held = max(mib for one in memory for mib in one.values())
+    figures.record("PS working set, most of any chief / planned per PS (MiB)", f"{held:.0f} / {need:.0f}")
+    assert held <= need, (memory, need)
 
 
 def test_prometheus_scrapes_the_chiefs_own_metrics(

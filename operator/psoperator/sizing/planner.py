@@ -28,7 +28,8 @@ from psoperator.sizing.quantity import format_quantity, human_bytes, round_up_re
 # with 512 MiB of state reached 1.39x its state on top of the runtime when it started the model and
 # 2.38x after restoring it, and stayed there over later restarts. The 1.25 covers what comes on top:
 # gradients arriving over gRPC (dense ones are full-size, one per worker in flight), checkpoint
-# serialization and fragmentation. See tests/trainer/test_ps_memory.py.
+# serialization and fragmentation. See tests/trainer/tfcluster/ps_memory.py (the figures) and
+# e2e/real/test_training.py (five chiefs on a real kubelet, checked against the plan).
 DEFAULT_HEADROOM = 2.5
 # The TensorFlow server itself (runtime, gRPC, thread stacks) before any variable exists.
 DEFAULT_RUNTIME_OVERHEAD_BYTES = 512 * 2**20
