@@ -685,12 +685,12 @@ def test_a_restart_deletes_the_old_chief_pod_and_holds_the_new_job_until_it_is_g
     # The old chief is gone, the old ps-0 not yet: still held.
     held = plan_reconcile({**running, "status": again.status}, observed([ps0_dying, *lost[2:]]), None, NOW)
     assert held.hold_chief
-    # Both gone, ps-0 replaced by its StatefulSet, with no address yet: its name does not resolve.
-    unaddressed = [pod("ps", 0, uid="new-ps-0", phase="Pending", ip=None), *lost[2:]]
-    held = plan_reconcile({**running, "status": held.status}, observed(unaddressed), None, NOW)
+    # Both gone, ps-0 replaced by its StatefulSet, not running yet: its name does not resolve.
+    pending = [pod("ps", 0, uid="new-ps-0", phase="Pending", ip=None), *lost[2:]]
+    held = plan_reconcile({**running, "status": held.status}, observed(pending), None, NOW)
     assert held.hold_chief and held.delete_pods == []
-    # With its address: the new Job may be created; nothing was a failure.
-    replaced = [pod("ps", 0, uid="new-ps-0", phase="Pending"), *lost[2:]]
+    # Running: the new Job may be created; nothing was a failure.
+    replaced = [pod("ps", 0, uid="new-ps-0"), *lost[2:]]
     gone = plan_reconcile({**running, "status": held.status}, observed(replaced), None, NOW)
     assert not gone.hold_chief and gone.delete_pods == [] and "recycling" not in gone.status["tracking"]
     assert gone.status["restarts"] == 1 and gone.status["replicaStatuses"]["ps"]["restarts"] == 1

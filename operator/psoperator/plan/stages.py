@@ -433,7 +433,7 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
 def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """A restart restarts the PS that served the old chief, and the new chief waits until they are
     gone (a PS keeps a gone chief's variables, and a new chief would add a second copy) and their
-    replacements have addresses."""
+    replacements run."""
     if d.restarted:
         recycling = ps_recycle.serving_previous_chief(d.old.tracking, d.observed)
         if recycling:
@@ -452,8 +452,8 @@ def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if recycling or any(p.deleting and not p.node_lost for p in d.observed.role_pods(Role.PS)):
         d.hold_chief = True
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
-    # Nor before their replacements have addresses (ps_recycle.py); the pods' watch brings them.
-    if d.status.restarts and ps_recycle.without_address(spec.ps.replicas, d.observed):
+    # Nor before their replacements run (ps_recycle.py); the pods' watch brings that.
+    if d.status.restarts and ps_recycle.not_running(spec.ps.replicas, d.observed):
         d.hold_chief = True
     return GO_ON
 
