@@ -233,10 +233,11 @@ def test_a_deleted_chief_exits_143_and_its_restart_does_not_count(
 
 # A model whose copy stands out from the TensorFlow runtime: 4,000,000 x 16 fp32 and Adagrad's
 # accumulator, 256 MiB of state on each of 2 PS.
-BIG_MODEL = ["--vocab-size=4000000", "--embedding-dim=16"]
+BIG_VOCAB, BIG_DIM = 4_000_000, 16
+BIG_MODEL = [f"--vocab-size={BIG_VOCAB}", f"--embedding-dim={BIG_DIM}"]
 # The same model as the sizing planner sees it (the runtime's default 64 MiB shards).
 BIG_MODEL_HINTS = {
-    "embeddings": [{"name": "embedding", "rows": 4_000_000, "dim": 16}],
+    "embeddings": [{"name": "embedding", "rows": BIG_VOCAB, "dim": BIG_DIM}],
     "optimizer": "adagrad",
     "maxShardBytes": 64 << 20,
 }

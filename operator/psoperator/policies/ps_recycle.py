@@ -12,11 +12,12 @@ PS that failed is new already), and the new chief is held until they are gone: i
 to one of them. A PS then holds one copy whatever the number of restarts, which is what the sizing
 planner plans for. Workers are kept: they hold no variables (measured: +4 MiB per restart).
 
-The new chief also waits until every parameter server of its attempt runs, and so has an address.
-A PS's name (its record in the headless Service) exists only from then on, and a lookup made before is
-answered "no such name" for a while after (CoreDNS caches the answer, gRPC's resolver backs off):
-seen once in CI (2026-12-02), a new chief exited 138 with `UnavailableError: errors resolving
-ctr-ps-0.ctr-ps...: Temporary failure in name resolution`, a second restart for nothing.
+The new chief also waits until every parameter server of its attempt runs, and so has an
+address. A PS's name (its record in the headless Service) exists only from then on, and a lookup
+made before is answered "no such name" for a while after (CoreDNS caches the answer, gRPC's
+resolver backs off): seen once in CI (2026-12-02), a new chief exited 138 with `UnavailableError:
+errors resolving ctr-ps-0.ctr-ps...: Temporary failure in name resolution`, a second restart for
+nothing.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def still_there(recycling: dict[str, str], observed: Observed) -> dict[str, str]
 def not_running(replicas: int, observed: Observed) -> list[int]:
     """The PS tasks (by index) that no Running pod of the attempt serves yet (a Running pod has its
     address; a simulated one may show none, so the address itself is not asked for)."""
-    served = {p.index for p in observed.role_pods(Role.PS) if p.running}
+    served = {p.index for p in observed.running(Role.PS)}
     return [index for index in range(replicas) if index not in served]
 
 
