@@ -33,7 +33,7 @@ from psoperator.kube import LIST_PAGE
 from psoperator.metrics.readings import JobReading
 from psoperator.metrics.registry import Metrics
 from psoperator.observe.cache import Snapshot
-from psoperator.observe.views import slim_child
+from psoperator.observe.views import parse_pod, slim_child
 from psoperator.plan.children import ChildVerb
 from psoperator.plan.draft import PodDeletion
 from psoperator.plan.stages import ReconcilePlan
@@ -685,3 +685,68 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     state.cache.read_at.clear()
     reconcile()
     assert warnings == [unmade] and kube.reads == reads + 1
+
+
+class PodsKube(OneJobKube):
+    """OneJobKube whose reads list pods too (as Kube.list_pods gives them: passed through `keep`)."""
+
+    def __init__(self, job: Any, children: list[Any], pods: list[Any]) -> None:
+        super().__init__(job, children)
+        self.pods = pods
+
+    def list_pods(self, namespace: str, job_name: str, keep: Any) -> list[Any]:
+        return [keep(copy.deepcopy(p)) for p in self.pods]
+
+
+def _owned(pod: Any, kind: str, name: str, uid: str) -> Any:
+    """A pod of the job's namespace, owned by its StatefulSet or Job."""
+    owners = [{"kind": kind, "name": name, "uid": uid}]
+    return pod | {"metadata": {**pod["metadata"], "namespace": "team-a", "ownerReferences": owners}}
+
+
+@pytest.mark.parametrize(
+    "cache_shows",
+    ["the old chief Job", "no chief Job and no chief pod", "no PS StatefulSet", "nothing but the job"],
+)
+def test_a_restarts_new_chief_job_waits_for_the_old_chief_pod_whatever_the_watch_cache_shows(
+    monkeypatch: pytest.MonkeyPatch, cache_shows: str
+) -> None:
+    """Never two chiefs: after a restart (attempt 1) the API still has the old attempt's chief pod
+    running, its Job gone. However stale the watch cache is (it missed the Job's deletion, the old
+    pod, or a child across an API server restart), the reconcile that would create the new chief
+    Job reads the chief Jobs and the pods fresh first, and holds it. From the cache alone it would
+    replace the Job at once in the first two cases. (Issue 26: the narrower acting read that eb2e1b1
+    reverted read the job, its chief Jobs and its pods fresh too, and passes this as well.)"""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = [c for c in _as_created(job) if c["kind"] != "Job"]
+    sets = {c["metadata"]["name"]: c["metadata"]["uid"] for c in children if c["kind"] == "StatefulSet"}
+    old_chief = _owned(builders.pod("chief", 0, attempt=0), "Job", "ctr-chief", "old-job-uid")
+    others = [
+        _owned(builders.pod(role, i), "StatefulSet", f"ctr-{role}", sets[f"ctr-{role}"])
+        for role in ("ps", "worker")
+        for i in range(2)
+    ]
+    status = builders.came_up(phase="Restarting", restarts=1, tracking=builders.tracking_of(others))
+    job = builders.with_status(job, **status) | {"metadata": job["metadata"]}
+    kube = PodsKube(job, children, [old_chief, *others])
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+    old_job = builders.chief_job(0)
+    old_job["metadata"] |= {"namespace": "team-a", "uid": "old-job-uid"}
+    cached = {
+        "the old chief Job": ([*children, old_job], others),
+        "no chief Job and no chief pod": (children, others),
+        "no PS StatefulSet": ([c for c in children if c["metadata"]["name"] != "ctr-ps"], others),
+        "nothing but the job": ([], []),
+    }[cache_shows]
+    for child in cached[0]:
+        state.cache.child_seen("ADDED", child)
+    for pod in cached[1]:
+        state.cache.pod_seen("ADDED", pod, parse_pod(pod))
+    state.cache.read_at[("team-a", "ctr")] = time.monotonic()  # read fresh lately: the cache decides
+    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    assert ("POST", "/apis/batch/v1/namespaces/team-a/jobs") not in kube.calls
+    assert ("DELETE", "/api/v1/namespaces/team-a/pods/ctr-chief-0x") in kube.calls  # asked to stop
