@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd, kwok, kwokctl), the real node's kubelet, kube-proxy, CoreDNS and NetworkPolicy enforcer
-# (kube-router's policy controller), helm, and prometheus and promtool (the metrics, alert and
+# etcd, kwok, kwokctl), what the kind node image adds (kubelet, kube-proxy, CoreDNS, kube-router: the
+# CNI and NetworkPolicy enforcer), helm, and prometheus and promtool (the metrics, alert and
 # dashboard tests) from the Go module proxy into a cache outside the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
 # `build.sh kueue` builds only Kueue's manager and puts its Helm chart in the cache (images/build.sh
 # kueue calls it, for the tests that install Kueue, and e2e/run-tests.sh); the default target, which
 # `cluster.sh up` and so the demo run, does not build it.
+# `build.sh kind` builds only kind and the binaries its node image holds (kubeadm, kubelet, kubectl,
+# crictl; e2e/cluster/kindnode.sh calls it).
 # `build.sh training-operator` builds only Kubeflow's training-operator v1, the benchmark's peer
 # (`python -m e2e.bench` calls it when the tfjob kind is chosen); the default target, which CI runs,
 # does not build it.
@@ -24,6 +26,9 @@ KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 # The only version the Go module proxy serves under this path (no v1.9.x).
 TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-v1.8.1}"
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
+KIND_VERSION="${KIND_VERSION:-v0.33.0}"
+# The proxy serves no v1.35.x; crictl talks CRI v1 to any recent containerd.
+CRICTL_VERSION="${CRICTL_VERSION:-v1.34.0}"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/build"
@@ -37,8 +42,10 @@ mark() { echo "$2" > "$BIN/.$1.version"; }
 
 # k8s.io/kubernetes pins its staging modules at v0.0.0 and replaces them with local paths, which a
 # dependent module ignores; a wrapper module replaces each with the published v0.<minor>.<patch>.
+# Builds the binaries named (by default the control plane's, the kubelet and kube-proxy).
 build_kubernetes() {
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy) missing=()
+  local want=("$@") missing=()
+  [ ${#want[@]} -gt 0 ] || want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   for b in "${want[@]}"; do have "$b" "$K8S_VERSION" || missing+=("$b"); done
   [ ${#missing[@]} -eq 0 ] && { log "kubernetes $K8S_VERSION: cached"; return; }
   local dir="$WORK/kubernetes-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
@@ -57,7 +64,9 @@ build_kubernetes() {
     echo '//go:build tools'
     echo 'package tools'
     echo 'import ('
-    for b in "${want[@]}"; do echo "  _ \"k8s.io/kubernetes/cmd/$b\""; done
+    for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kubeadm; do
+      echo "  _ \"k8s.io/kubernetes/cmd/$b\""
+    done
     echo ')'
   } > tools.go
   go mod tidy >/dev/null
@@ -106,14 +115,13 @@ build_installable() {  # name version package [ldflags [tags]]
   log "$1 $2: built in $((SECONDS - start)) s"
 }
 
-# The real node's NetworkPolicy enforcer: kube-router's policy controller (iptables and ipset; the
-# CNI bridge plugin enforces none). The proxy serves only v2.1.0, whose reported advisories are all
-# outside that controller: GHSA-phqm-jgc3-qf8g (CVE-2026-32254) is the IPVS service proxy's handling
-# of external IPs, GHSA-v5mh-h5hx-7v92 the routing controller's unauthenticated GoBGP admin port, and
-# GHSA-fcmh-qfxc-w685 affects v2.7.0 and later only. realnode.sh runs the policy controller alone
-# (no router, service proxy or load balancer), with its health port (every address, and pprof) off
-# and metrics on loopback. Its old dependencies are raised in a wrapper module (tools.go keeps the
-# main package required, as for Kubernetes above).
+# The kind node image's CNI and NetworkPolicy enforcer: kube-router's router and policy controller
+# (kind/kube-router.yaml). The proxy serves only v2.1.0. Of its reported advisories,
+# GHSA-phqm-jgc3-qf8g (CVE-2026-32254) is the IPVS service proxy's handling of external IPs (its
+# service proxy is off: kube-proxy runs), GHSA-fcmh-qfxc-w685 affects v2.7.0 and later only, and
+# GHSA-v5mh-h5hx-7v92 is the routing controller's unauthenticated GoBGP API, which the DaemonSet's
+# init container closes to all but loopback. Its old dependencies are raised in a wrapper module
+# (tools.go keeps the main package required, as for Kubernetes above).
 build_kube_router() {
   local name=kube-router version=$KUBE_ROUTER_VERSION module=github.com/cloudnativelabs/kube-router/v2
   have "$name" "$version" && { log "$name $version: cached"; return; }
@@ -163,6 +171,12 @@ log "cache: $BIN"
 case "${1:-}" in
   training-operator) build_training_operator; exit 0 ;;
   kueue) build_kueue; exit 0 ;;
+  kind)
+    build_installable kind "$KIND_VERSION" sigs.k8s.io/kind
+    build_installable crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl \
+      "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
+    build_kubernetes kubeadm kubelet kubectl
+    exit 0 ;;
 esac
 build_etcd
 build_installable kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
