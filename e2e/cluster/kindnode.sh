@@ -144,6 +144,9 @@ main() {
   timed "node image" node_stage "$node_base" "$k8s" "$image-stage"
   timed "images into the node's containerd" commit_node "$image-stage" "$image"
   docker rmi "$image-stage" >/dev/null
+  # Earlier builds, unless a node still runs one.
+  docker images --format '{{.Repository}}:{{.Tag}}' "$REPO/kind-node" | grep -vxF "$image" \
+    | xargs -r docker rmi >/dev/null 2>&1 || true
   printf '%s\n' "${STEPS[@]}" >&2
   echo "$image"
 }

@@ -11,6 +11,7 @@ COPY runc-without-sys-resource /usr/local/bin/
 COPY bin/ /usr/bin/
 COPY kube-router.yaml /kind/manifests/default-cni.yaml
 ARG K8S_VERSION
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # cri-base.json is containerd's default spec with kind's product-files hook and no rlimits, as
 # kind's base image makes it; kind's unit starts containerd from /usr/local/bin; the CNI plugins
 # go where containerd looks for them.
