@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's main command: on a fresh machine, build (first run only) the local control plane with
-# a real kubelet node, build both images from the repository's Dockerfiles, install the operator
-# with Helm (in-cluster, under the chart's ServiceAccount and Pod Security `restricted`), apply the
-# example job and watch it train to Succeeded.
+# The README's main command: on a fresh machine, build (first run only) Kubernetes, kind and a kind
+# node image, bring up a kind cluster of three nodes, build both images from the repository's
+# Dockerfiles, install the operator with Helm (in-cluster, under the chart's ServiceAccount and Pod
+# Security `restricted`), apply the example job and watch it train to Succeeded.
 #
 #   e2e/demo.sh          bring everything up and train the example (the cluster stays up)
 #   e2e/demo.sh down     take the cluster down
@@ -20,21 +20,21 @@ STEPS="${PSOPERATOR_DEMO_STEPS:-2000}"
 log() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [ "${1:-}" = "down" ]; then
-  exec e2e/cluster/cluster.sh down --real
+  exec e2e/cluster/kind.sh down
 fi
 
 log "the project's virtual environment (.venv): the base package, which shapes the example's manifests for this machine"
 . e2e/venv.sh
 project_venv -e .
 
-log "starting the control plane and the real node (the first run builds Kubernetes from source)"
-KUBECONFIG="$(e2e/cluster/cluster.sh up --real)"
+log "starting the kind cluster (the first run builds Kubernetes, kind and its node image from source)"
+KUBECONFIG="$(e2e/cluster/kind.sh up)"
 export KUBECONFIG
 kubectl get nodes -o wide
 
-log "building the images from Dockerfile and images/trainer/Dockerfile, loading them into the node"
+log "building the images from Dockerfile and images/trainer/Dockerfile, loading them into the nodes"
 images/build.sh
-e2e/cluster/realnode.sh load "$OPERATOR_IMAGE" "$TRAINER_IMAGE"
+e2e/cluster/kind.sh load "$OPERATOR_IMAGE" "$TRAINER_IMAGE"
 
 log "installing the chart: the operator runs in-cluster from $OPERATOR_IMAGE"
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -46,7 +46,7 @@ helm upgrade --install "$RELEASE" charts/ps-training-operator --namespace "$NS" 
   --set image.pullPolicy=Never --wait --timeout 3m
 kubectl get deployment,pods -n "$NS"
 
-log "applying examples/ctr-job.yaml ($STEPS steps, 2-core sizes, checkpoints on a hostPath volume)"
+log "applying examples/ctr-job.yaml ($STEPS steps, 2-core sizes, checkpoints on a hostPath volume every node mounts)"
 kubectl delete psjob ctr -n "$JOB_NS" --ignore-not-found --wait >/dev/null
 kubectl delete pv "$JOB_NS-ctr-checkpoints" --ignore-not-found --wait >/dev/null
 rm -rf "$CACHE/real/volumes/$JOB_NS"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what it needs, builds (or reuses) the local
-# control plane, the real node's components and both images, then runs lint, type checks, unit
-# tests, the e2e tests against the control plane (KWOK nodes, then real kubelets) and the
-# real-TensorFlow trainer tests. Prints a timing table. Exits non-zero on any failure, including
+# control plane, kind and its node image, and the images, then runs lint, type checks, unit tests,
+# the e2e tests against the control plane (KWOK nodes), then on a kind cluster of three nodes (real
+# kubelets), and the real-TensorFlow trainer tests. Prints a timing table. Exits non-zero on any failure, including
 # "no tests ran".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,10 +23,10 @@ timings() {
 trap timings EXIT
 
 system_packages() {
-  # iproute2: network namespaces of the TensorFlow tests; docker.io (dockerd, containerd, runc),
-  # containernetworking-plugins, iptables, conntrack: the real node; ipset: its NetworkPolicy
-  # enforcer (kube-router); mmdebstrap: the images' base; gcc: the pause image.
-  local want=(iproute2 curl docker.io containernetworking-plugins iptables ipset conntrack mmdebstrap gcc libc6-dev)
+  # iproute2: network namespaces of the TensorFlow tests; docker.io (dockerd, containerd, runc):
+  # image builds and kind's nodes; jq: runc-without-sys-resource; mmdebstrap: the images' and the
+  # kind node's bases; gcc: the pause image.
+  local want=(iproute2 curl docker.io jq mmdebstrap gcc libc6-dev)
   local missing=() pkg
   for pkg in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -43,7 +43,8 @@ lint() {
   ruff check .
   ruff format --check .
   mypy
-  hadolint Dockerfile images/trainer/Dockerfile examples/plain-tf/Dockerfile images/kueue/Dockerfile
+  hadolint Dockerfile images/trainer/Dockerfile examples/plain-tf/Dockerfile images/kueue/Dockerfile \
+    e2e/cluster/kind/node.Dockerfile e2e/cluster/kind/component.Dockerfile
 }
 
 pytest_all() {
@@ -59,7 +60,8 @@ pytest_all() {
 step "system packages (apt)" system_packages
 step "Python packages (pip)" python_packages
 step "lint and types" lint
-step "binaries: control plane, node, CoreDNS, helm, prometheus" e2e/cluster/cluster.sh build
+step "binaries: control plane, CoreDNS, kube-router, helm, prometheus, kind, kubeadm" e2e/cluster/cluster.sh build
+step "kind node image (mmdebstrap, component images)" e2e/cluster/kindnode.sh
 step "images: base (mmdebstrap), operator, trainer" images/build.sh
 step "Kueue: its manager (Go) and image" images/build.sh kueue
 step "tests (pytest)" pytest_all "$@"

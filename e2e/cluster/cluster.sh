@@ -2,29 +2,25 @@
 # The local control plane for e2e tests: real kube-apiserver, kube-controller-manager, kube-scheduler
 # and etcd run by kwokctl's binary runtime, with KWOK simulating nodes and pod lifecycles.
 #
-#   cluster.sh build [--real]       build the binaries into the cache (idempotent)
-#   cluster.sh up [--real]          build what is missing, create or start the cluster, add its
-#                                   nodes; prints the kubeconfig path on stdout (progress on stderr)
-#   cluster.sh down [--real]        delete the cluster; no process or port is left behind
-#   cluster.sh kubeconfig [--real]  print the kubeconfig path
-#   cluster.sh config [--real]      write and print the kwokctl configuration
+#   cluster.sh build        build the binaries into the cache (idempotent), kind's node's too
+#   cluster.sh up           build what is missing, create or start the cluster, add its nodes;
+#                           prints the kubeconfig path on stdout (progress on stderr)
+#   cluster.sh down         delete the cluster; no process or port is left behind
+#   cluster.sh kubeconfig   print the kubeconfig path
+#   cluster.sh config       write and print the kwokctl configuration
 #
-# Without --real the nodes are KWOK's (simulated: hundreds of pods, injected kubelet states). With
-# --real the same control plane gets one real node instead (realnode.sh: kubelet, containerd, runc,
-# CNI bridge, kube-proxy, CoreDNS, kube-router's NetworkPolicy controller), whose pods run real
-# containers; no kwok-controller runs.
+# The nodes are KWOK's (simulated: hundreds of pods, injected kubelet states). Real containers run
+# on kind (kind.sh).
 #
-# Everything lives under ${PSOPERATOR_CACHE:-~/.cache/psoperator}; the clusters are named
-# ${PSOPERATOR_CLUSTER:-psoperator} and psoperator-real. Nothing is downloaded: kwokctl gets a local
-# path for every binary.
+# Everything lives under ${PSOPERATOR_CACHE:-~/.cache/psoperator}; the cluster is named
+# ${PSOPERATOR_CLUSTER:-psoperator}. Nothing is downloaded: kwokctl gets a local path for every
+# binary.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
-REAL=false
-if [ "${2:-}" = --real ]; then REAL=true; fi
-if $REAL; then NAME=psoperator-real; else NAME="${PSOPERATOR_CLUSTER:-psoperator}"; fi
+NAME="${PSOPERATOR_CLUSTER:-psoperator}"
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
@@ -54,10 +50,10 @@ NODES=(
 
 render_config() {
   mkdir -p "$(dirname "$CONFIG")"
-  if $REAL; then render_real_config; else render_kwok_config; fi > "$CONFIG"
+  render_kwok_config > "$CONFIG"
 }
 
-kwokctl_options() {  # the binaries: the same for both clusters
+render_kwok_config() {
   cat <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -79,12 +75,6 @@ options:
   # Not built; pointing at local paths means kwokctl errors instead of downloading.
   etcdctlBinary: $BIN/etcdctl
   etcdutlBinary: $BIN/etcdutl
-EOF
-}
-
-render_kwok_config() {
-  kwokctl_options
-  cat <<EOF
   # Scales node-monitor period/grace and the node lease (10s/80s/80s): NotReady is noticed quickly,
   # yet a busy 2-core machine does not lose its simulated nodes.
   heartbeatFactor: 2
@@ -104,38 +94,7 @@ EOF
   cat "$HERE/kwok-stages.yaml"
 }
 
-# Pods reach the API server through the kubernetes Service (kube-proxy translates 10.233.0.1:443
-# to the advertised 10.232.0.1, this host's address on the pods' bridge), so it listens beyond
-# loopback and its certificate names both addresses. The kubelet authenticates the API server's
-# client certificate (logs, exec) against the cluster CA. The API server calls webhooks and
-# aggregated APIs (Kueue's) at their pods' addresses, not their Services': on this host the Service
-# range is a blackhole route (realnode.sh), so a connect() to a ClusterIP fails before kube-proxy's
-# NAT could translate it ("connect: invalid argument").
-render_real_config() {
-  kwokctl_options
-  cat <<EOF
-  disable: [kwok-controller]
-  kubeApiserverCertSANs: [10.232.0.1, 10.233.0.1]
-componentsPatches:
-- name: kube-apiserver
-  extraArgs:
-  - {key: bind-address, value: 0.0.0.0, override: true}
-  - {key: advertise-address, value: 10.232.0.1}
-  - {key: service-cluster-ip-range, value: 10.233.0.0/24}
-  - {key: kubelet-client-certificate, value: $WORKDIR/pki/admin.crt}
-  - {key: kubelet-client-key, value: $WORKDIR/pki/admin.key}
-  - {key: kubelet-preferred-address-types, value: InternalIP}
-  - {key: enable-aggregator-routing, value: "true"}
-- name: kube-controller-manager
-  extraArgs:
-  - {key: service-cluster-ip-range, value: 10.233.0.0/24}
-EOF
-}
-
-# The real node's setup is part of the real cluster's configuration.
-config_hash() {
-  { cat "$CONFIG"; if $REAL; then cat "$HERE/realnode.sh"; fi; printf '%s\n' "${NODES[@]}"; } | sha256sum | cut -d' ' -f1
-}
+config_hash() { { cat "$CONFIG"; printf '%s\n' "${NODES[@]}"; } | sha256sum | cut -d' ' -f1; }
 
 api_ready() { [ -f "$KUBECONFIG_PATH" ] && kctl get --raw /readyz >/dev/null 2>&1; }
 
@@ -237,7 +196,6 @@ ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep -q
 
 delete_cluster() {
   local pids pid deadline
-  if $REAL; then "$HERE/realnode.sh" down; fi
   pids=$(cluster_pids)
   # kwokctl SIGKILLs each component by pid file, but gives up at the first one it cannot stop
   # (e.g. one that already died), so whatever is left is killed here.
@@ -254,7 +212,6 @@ delete_cluster() {
 
 cmd_up() {
   "$HERE/build.sh" >&2
-  if $REAL; then "$HERE/realnode.sh" network; fi
   render_config
   local want
   want=$(config_hash)
@@ -280,12 +237,8 @@ cmd_up() {
   fi
   wait_for 120 "the API server of $NAME" api_ready
   wait_for 60 "the default service account" kctl get serviceaccount default -n default -o name >/dev/null
-  if $REAL; then
-    "$HERE/realnode.sh" up "$KUBECONFIG_PATH" "$WORKDIR/pki"
-  else
-    create_nodes
-    wait_for 60 "the simulated nodes to be Ready" nodes_ready
-  fi
+  create_nodes
+  wait_for 60 "the simulated nodes to be Ready" nodes_ready
   log "cluster $NAME: ready ($(kctl get nodes --no-headers | wc -l) nodes)"
   echo "$KUBECONFIG_PATH"
 }
@@ -309,7 +262,7 @@ locked() {
 }
 
 case "${1:-}" in
-  build) exec "$HERE/build.sh" ;;
+  build) "$HERE/build.sh" && exec "$HERE/build.sh" kind ;;
   config) render_config; echo "$CONFIG" ;;
   up) locked cmd_up ;;
   down) locked cmd_down ;;
@@ -317,5 +270,5 @@ case "${1:-}" in
     echo "$KUBECONFIG_PATH"
     [ -f "$KUBECONFIG_PATH" ] || { log "cluster $NAME is not up (run: $0 up)"; exit 1; }
     ;;
-  *) echo "usage: $0 build|up|down|kubeconfig|config [--real]" >&2; exit 2 ;;
+  *) echo "usage: $0 build|up|down|kubeconfig|config" >&2; exit 2 ;;
 esac

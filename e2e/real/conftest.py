@@ -1,18 +1,19 @@
-"""Fixtures of the tests on real kubelets: the cluster of `e2e/cluster/cluster.sh up --real`, the
-two images built from the repository's Dockerfiles, and the operator installed with Helm.
+"""Fixtures of the tests on real kubelets: the kind cluster of `e2e/cluster/kind.sh up` (three
+nodes), the images built from the repository's Dockerfiles, and the operator installed with Helm.
 
-  kubeconfig  (session)  overrides e2e's: the real-kubelet cluster, brought up once
-  k8s         (session)  an API client for it
-  images      (session)  the images built (images/build.sh) and loaded into the node's containerd
-  release     (session)  `helm install` of the chart with the built operator image, in-cluster,
+  kubeconfig  (package)  overrides e2e's: the kind cluster, brought up once for e2e/real and taken
+                         down after it (it would take CPU from the tests that follow)
+  k8s         (package)  an API client for it
+  images      (package)  the images built (images/build.sh) and loaded into the nodes
+  release     (package)  `helm install` of the chart with the built operator image, in-cluster,
                          Pod Security `restricted` enforced on its namespace; Deployment Available
   figures     (session)  measured figures, printed as a table at the end of the run
-  kueue       (session)  Kueue installed with its own chart (e2e/real/kueue.py), answering; its
+  kueue       (package)  Kueue installed with its own chart (e2e/real/kueue.py), answering; its
                          namespace
   kueue_objects          Kueue objects a test creates (flavors, queues, workloads), deleted after it
 
-These tests need root, Docker and the built binaries; in CI they fail when something is missing,
-elsewhere they skip.
+These tests need root and Docker (kind's nodes are privileged containers); in CI they fail when
+something is missing, elsewhere they skip.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from e2e.clusters import CLUSTER_SH
 from e2e.kubectl import kubectl
 from e2e.paths import CACHE, REPO
-from e2e.real.commands import BUILD_IMAGES, REALNODE_SH, helm, run
+from e2e.real.commands import BUILD_IMAGES, KIND_SH, helm, load, run
 from e2e.real.example import PLAIN_TF_IMAGE, TRAINER_IMAGE
 from e2e.real.kueue import NAMESPACE as KUEUE_NAMESPACE
 from e2e.real.kueue import KueueObjects
@@ -75,30 +75,30 @@ def figures() -> Figures:
 
 def _missing() -> str | None:
     if os.geteuid() != 0:
-        return "needs root (a kubelet, containerd and network namespaces)"
+        return "needs root (kind's nodes are privileged containers)"
     for tool in ("dockerd", "containerd", "runc"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install docker.io)"
-    for binary in ("kubelet", "kube-proxy", "coredns", "helm"):
-        if not (CACHE / "bin" / binary).exists():
-            return f"{binary} is not built (e2e/cluster/cluster.sh build)"
+    if not (CACHE / "bin" / "helm").exists():
+        return "helm is not built (e2e/cluster/build.sh)"
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kubeconfig() -> Iterator[Path]:
     reason = _missing()
     if reason:
         unavailable(f"e2e cluster unavailable: {reason}")
     started = time.monotonic()
-    path = Path(run("bash", CLUSTER_SH, "up", "--real", timeout=900, log="cluster-up.log").splitlines()[-1])
-    FIGURES.record("real cluster up", time.monotonic() - started, "s")
+    # The first run builds kind, kubeadm and the node image.
+    path = Path(run("bash", KIND_SH, "up", timeout=1800, log="cluster-up.log").splitlines()[-1])
+    FIGURES.record("kind cluster up (3 nodes)", time.monotonic() - started, "s")
     yield path
     if not os.environ.get("PSOPERATOR_KEEP_CLUSTER"):
-        run("bash", CLUSTER_SH, "down", "--real", timeout=300, log="cluster-down.log")
+        run("bash", KIND_SH, "down", timeout=300, log="cluster-down.log")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k8s(kubeconfig: Path) -> Iterator[client.ApiClient]:
     """Overrides e2e's too: a session fixture of the parent would keep the first cluster's client."""
     api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
@@ -113,16 +113,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def images(kubeconfig: Path) -> dict[str, str]:
-    """The images, built here from the Dockerfiles and loaded into the node; their sizes recorded."""
+    """The images, built here from the Dockerfiles and loaded into the nodes; their sizes recorded."""
     built = {"operator": OPERATOR_IMAGE, "trainer": TRAINER_IMAGE, "plain-tf": PLAIN_TF_IMAGE}
     started = time.monotonic()
     run("bash", BUILD_IMAGES, timeout=2400, log="images-build.log")
     FIGURES.record("images built (cached layers reused)", time.monotonic() - started, "s")
     started = time.monotonic()
-    run("bash", REALNODE_SH, "load", *built.values(), timeout=900, log="images-load.log")
-    FIGURES.record("images loaded into the node", time.monotonic() - started, "s")
+    load(*built.values(), log="images-load.log")
+    FIGURES.record("images loaded into the 2 workers", time.monotonic() - started, "s")
     for image in built.values():
         size = int(run("docker", "image", "inspect", "-f", "{{.Size}}", image).strip())
         FIGURES.record(f"image size {image}", size / 2**20, "MiB")
@@ -180,7 +180,7 @@ def operator_pod(api: client.ApiClient, namespace: str) -> dict[str, Any]:
     return leading[0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> Iterator[str]:
     """The operator, installed once for the training tests; uninstalled at the end."""
     install(kubeconfig, RELEASE, RELEASE_NS)
@@ -190,11 +190,11 @@ def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> 
         message="the operator pod Running",
     )
     yield RELEASE_NS
-    helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait")
+    helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait", "--ignore-not-found")
     kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--wait=false")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kueue(kubeconfig: Path) -> str:
     """Kueue, installed once (or found installed) and answering; its namespace."""
     for step, seconds in install_kueue(kubeconfig).items():

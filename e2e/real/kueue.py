@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.kubectl import kubectl
 from e2e.paths import CACHE
-from e2e.real.commands import BUILD_IMAGES, LOGS, REALNODE_SH, helm, run
+from e2e.real.commands import BUILD_IMAGES, LOGS, helm, load, run
 from e2e.util import wait_for
 
 KUEUE_VERSION = os.environ.get("KUEUE_VERSION", "v0.17.0")
@@ -44,7 +44,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 EXTERNAL_FRAMEWORK = "PSTrainingJob.v1alpha1.psoperator.io"
 MANAGED_LABEL, MANAGED = "psoperator.io/kueue", "managed"
 READER = "kueue-pstrainingjob-reader"
-# The GPUs the real node advertises (realnode.sh's GPUS).
+# The GPUs kind's GPU-pool node advertises (kind.sh's GPUS_PER_NODE).
 GPU, NODE_GPUS = "nvidia.com/gpu", "4"
 PROBE_FLAVOR = "psop-kueue-webhook-probe"
 VISIBILITY_API = f"v1beta2.visibility.{GROUP}"
@@ -134,9 +134,7 @@ def install(kubeconfig: Path) -> dict[str, float]:
         "kueue image built (images/build.sh kueue)": _seconds(
             lambda: run("bash", BUILD_IMAGES, "kueue", timeout=2400, log="kueue-build.log")
         ),
-        "kueue image loaded into the node": _seconds(
-            lambda: run("bash", REALNODE_SH, "load", KUEUE_IMAGE, timeout=600, log="kueue-load.log")
-        ),
+        "kueue image loaded into the nodes": _seconds(lambda: load(KUEUE_IMAGE, log="kueue-load.log")),
         "kueue helm install until it answers": _seconds(lambda: _helm_install(kubeconfig)),
     }
 

@@ -4,25 +4,18 @@ nothing of it behind but the CRD (Helm never deletes CRDs from crds/)."""
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 
 from kubernetes import client
 
 from e2e.kubectl import kubectl
-from e2e.real.commands import helm
+from e2e.real.commands import get_from_node, helm
 from e2e.real.conftest import OPERATOR_IMAGE, install, operator_pod
 from e2e.util import as_json, wait_for
 
 RELEASE = "psop-chart"
 NAMESPACE = "psop-chart-system"
 CRD = "pstrainingjobs.psoperator.io"
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        assert response.status == 200, (url, response.status)
-        return str(response.read().decode())
 
 
 def _left_behind(kubeconfig: Path) -> str:
@@ -48,10 +41,10 @@ def test_the_chart_runs_the_operator_in_cluster_and_uninstalls_cleanly(
     container = pod["status"]["containerStatuses"][0]
     assert container["image"].endswith(OPERATOR_IMAGE) and container["ready"], container
     assert pod["spec"]["serviceAccountName"] == RELEASE + "-ps-training-operator"
-    ip = pod["status"]["podIP"]
+    ip, node = pod["status"]["podIP"], pod["spec"]["nodeName"]
     # The kubelet's own liveness probe goes to this endpoint; so does this test, from the node.
-    assert _get(f"http://{ip}:8080/healthz") is not None
-    metrics = _get(f"http://{ip}:9090/metrics")
+    get_from_node(node, f"http://{ip}:8080/healthz")
+    metrics = get_from_node(node, f"http://{ip}:9090/metrics")
     assert "# HELP psoperator_reconcile_duration_seconds" in metrics, metrics[:2000]
 
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")

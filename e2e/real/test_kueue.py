@@ -32,8 +32,7 @@ from e2e.real.kueue import (
     resource_flavor,
     workload_priority_class,
 )
-from e2e.real.test_planned_stops import LastStep
-from e2e.real.test_training import CHECKPOINT_STEPS, STEPS, running_chief, wait_succeeded
+from e2e.real.test_training import CHECKPOINT_STEPS, STEPS, LastStep, running_chief, wait_succeeded
 from e2e.util import condition, wait_for
 
 Obj = dict[str, Any]

@@ -1,17 +1,18 @@
-"""The jobs' NetworkPolicies enforced on the real node, by kube-router's policy controller (iptables
-and ipset, started by e2e/cluster/realnode.sh; the CNI bridge plugin enforces none):
+"""The jobs' NetworkPolicies enforced on the kind cluster by kube-router (the node image's CNI,
+e2e/cluster/kind/kube-router.yaml: iptables and ipset on each node), across nodes:
 
 - a pod of another namespace is refused by a parameter server's gRPC port, while a worker of the
-  same job connects;
+  same job (on the GPU node) connects;
 - the chief's progress port answers the operator's namespace and refuses every other pod, the
   job's own included;
 - `spec.networkPolicy.enabled: false` on the running job lets the other namespace in; enabled
   again, it is refused again;
-- deleting the job removes its rules and sets from the node;
+- deleting the job removes its rules and sets from the nodes;
 - the example trains to Succeeded with its policies enforced (its cluster forms over cluster DNS).
 
-They skip, with the reason, only where the kernel cannot load kube-router's rules (`realnode.sh
-enforcer` tries them in a throw-away network namespace); a missing enforcer fails in CI.
+The rules are read where kube-router writes them, through its pods (host network: the node's
+iptables and ipsets). On a cluster whose CNI is not kube-router (kind's stock kindnetd) they are
+unavailable, with the reason.
 """
 
 from __future__ import annotations
@@ -21,49 +22,84 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from e2e import psjobs
 from e2e.kubectl import _kubectl, kubectl
 from e2e.real import example
-from e2e.real.commands import REALNODE_SH
 from e2e.real.conftest import Figures, operator_pod
-from e2e.util import unavailable, wait_for
+from e2e.util import as_json, unavailable, wait_for
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 
 LONG = 1_000_000  # steps: trains for as long as the test probes
 TRAIN_STEPS = 1_200
-# `realnode.sh enforcer`: 0 ready, 1 not ready, 2 not built or installed, 3 this kernel cannot run it.
-READY, MISSING, KERNEL_CANNOT = 0, 2, 3
+ENFORCER_NS, ENFORCER = "kube-system", "kube-router"
+ENFORCER_PODS = "app.kubernetes.io/name=kube-router"
 # A connection the policies refuse is rejected at once; one they allow is accepted at once.
 CONNECT_TIMEOUT = 3
+Obj = dict[str, Any]
 
 
-def _enforcer() -> tuple[int, str]:
-    result = subprocess.run(
-        ["bash", str(REALNODE_SH), "enforcer"], capture_output=True, text=True, timeout=60, check=False
-    )
-    return result.returncode, (result.stdout + result.stderr).strip()
+class Enforcer:
+    """kube-router's pods, one per node: whether all are ready, and what they wrote on the nodes."""
+
+    def __init__(self, kubeconfig: Path, k8s: client.ApiClient) -> None:
+        self.kubeconfig, self.k8s = kubeconfig, k8s
+
+    def pods(self) -> list[Obj]:
+        listed = client.CoreV1Api(self.k8s).list_namespaced_pod(ENFORCER_NS, label_selector=ENFORCER_PODS)
+        return [as_json(self.k8s, p) for p in listed.items]
+
+    def not_ready(self) -> str:
+        """Why the enforcer is not ready on every node ("" when it is)."""
+        found = client.AppsV1Api(self.k8s).read_namespaced_daemon_set(ENFORCER, ENFORCER_NS)
+        status = as_json(self.k8s, found)["status"]
+        ready, wanted = status.get("numberReady", 0), status.get("desiredNumberScheduled", 0)
+        return "" if ready == wanted > 0 else f"{ready} of {wanted} kube-router pods ready"
+
+    def restarts(self) -> dict[str, int]:
+        return {
+            p["metadata"]["name"]: sum(c["restartCount"] for c in p["status"].get("containerStatuses", []))
+            for p in self.pods()
+        }
+
+    def on_nodes(self, *command: str) -> str:
+        """A command's output from every node, in kube-router's container (it has the tools)."""
+        exec_in = ("exec", "-n", ENFORCER_NS, "-c", ENFORCER)
+        return "\n".join(
+            kubectl(self.kubeconfig, *exec_in, p["metadata"]["name"], "--", *command) for p in self.pods()
+        )
+
+    def rules(self, namespace: str) -> list[str]:
+        """The filter rules kube-router wrote for the namespace's pods and policies (their comments
+        name it: "... namespace: NS" for a pod, "... namespace NS" for a policy)."""
+        named = re.compile(rf'namespace:? {re.escape(namespace)}[" ]')
+        saved = self.on_nodes("iptables-save", "-t", "filter")
+        return [line for line in saved.splitlines() if named.search(line)]
+
+    def sets(self) -> set[str]:
+        return set(self.on_nodes("ipset", "list", "-n").split())
 
 
 @pytest.fixture(scope="module")
-def enforcer(kubeconfig: Path) -> None:
-    """The node's enforcer, synced and serving; the test is skipped where the kernel cannot run it."""
-    code, why = _enforcer()
-    if code == KERNEL_CANNOT:  # the host's kernel, not a missing install: nothing to fix here
-        pytest.skip(why)
-    if code == MISSING:
-        unavailable(why)
-    wait_for(lambda: _enforcer()[0] == READY, timeout=60, message=lambda: f"the enforcer: {_enforcer()[1]}")
-
-
-def _still_ready() -> None:
-    """Asserted at the end of each test: no sync of the enforcer was aborted meanwhile."""
-    code, why = _enforcer()
-    assert code == READY, why
+def enforcer(kubeconfig: Path, k8s: client.ApiClient) -> Iterator[Enforcer]:
+    """kube-router ready on every node; at the end, none of its pods restarted meanwhile."""
+    found = Enforcer(kubeconfig, k8s)
+    try:
+        found.not_ready()
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        unavailable("this cluster's CNI is not kube-router (kind.sh's node image runs it)")
+    wait_for(lambda: not found.not_ready(), timeout=120, message=found.not_ready)
+    before = found.restarts()
+    yield found
+    assert found.restarts() == before, "kube-router restarted during the tests"
 
 
 @pytest.fixture
@@ -113,23 +149,8 @@ class Pod:
         return result.returncode == 0
 
 
-def _rules(namespace: str) -> list[str]:
-    """The node's filter rules that kube-router wrote for the namespace's pods and policies (their
-    comments name it: "... namespace: NS" for a pod, "... namespace NS" for a policy)."""
-    saved = subprocess.run(
-        ["iptables-save", "-t", "filter"], capture_output=True, text=True, timeout=30, check=True
-    ).stdout
-    named = re.compile(rf'namespace:? {re.escape(namespace)}[" ]')
-    return [line for line in saved.splitlines() if named.search(line)]
-
-
 def _sets(rules: list[str]) -> set[str]:
     return set(re.findall(r"--match-set (\S+)", "\n".join(rules)))
-
-
-def _live_sets() -> set[str]:
-    listed = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, timeout=30, check=True)
-    return set(listed.stdout.split())
 
 
 def _apply(kubeconfig: Path, namespace: str, steps: int) -> tuple[str, int]:
@@ -140,16 +161,16 @@ def _apply(kubeconfig: Path, namespace: str, steps: int) -> tuple[str, int]:
     return str(job["metadata"]["name"]), int(job["spec"]["port"])
 
 
-def _policies_enforced(namespace: str, name: str) -> bool:
-    rules = "\n".join(_rules(namespace))
+def _policies_enforced(enforcer: Enforcer, namespace: str, name: str) -> bool:
+    rules = "\n".join(enforcer.rules(namespace))
     policies = (f"{name}-peers", f"{name}-chief-progress")
     return all(f"policy name {policy} namespace" in rules for policy in policies)
 
 
-@pytest.mark.usefixtures("enforcer")
 def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_the_rules_go_with_the_job(
     kubeconfig: Path,
     k8s: client.ApiClient,
+    enforcer: Enforcer,
     namespace: str,
     release: str,
     outsider: tuple[str, str],
@@ -170,7 +191,9 @@ def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_th
     operator = Pod(kubeconfig, release, operator_pod(k8s, release)["metadata"]["name"], "operator")
     other = Pod(kubeconfig, *outsider, "probe")
     wait_for(
-        lambda: _policies_enforced(namespace, name), timeout=60, message="the job's policies on the node"
+        lambda: _policies_enforced(enforcer, namespace, name),
+        timeout=60,
+        message="the job's policies on the nodes",
     )
 
     assert worker.connects(ps_ip, grpc)
@@ -198,28 +221,29 @@ def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_th
         message="the other namespace refused again once the policies are back",
     )
 
-    rules = _rules(namespace)
+    rules = enforcer.rules(namespace)
     sets = _sets(rules)
     assert sets, rules
     client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
         psjobs.GROUP, psjobs.VERSION, namespace, psjobs.PLURAL, name
     )
     wait_for(
-        lambda: not _rules(namespace) and not sets & _live_sets(),
+        lambda: not enforcer.rules(namespace) and not sets & enforcer.sets(),
         timeout=180,
         interval=1,
-        message=lambda: f"the job's rules and sets gone: {_rules(namespace)}, {sets & _live_sets()}",
+        message=lambda: (
+            f"the job's rules and sets gone: {enforcer.rules(namespace)}, {sets & enforcer.sets()}"
+        ),
     )
-    _still_ready()
 
 
-@pytest.mark.usefixtures("enforcer", "release")
+@pytest.mark.usefixtures("release")
 def test_the_example_trains_to_succeeded_with_its_policies_enforced(
-    kubeconfig: Path, k8s: client.ApiClient, namespace: str, figures: Figures
+    kubeconfig: Path, k8s: client.ApiClient, enforcer: Enforcer, namespace: str, figures: Figures
 ) -> None:
     name, _ = _apply(kubeconfig, namespace, TRAIN_STEPS)
     wait_for(
-        lambda: _policies_enforced(namespace, name),
+        lambda: _policies_enforced(enforcer, namespace, name),
         timeout=120,
         interval=1,
         message="the job's policies on the node",
@@ -227,4 +251,3 @@ def test_the_example_trains_to_succeeded_with_its_policies_enforced(
     done = psjobs.wait_phase(k8s, namespace, name, "Succeeded", timeout=600)
     assert done.get("step") == TRAIN_STEPS, done
     figures.record("NetworkPolicy enforced: the example trains", "Succeeded")
-    _still_ready()

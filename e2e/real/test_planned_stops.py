@@ -9,9 +9,6 @@ took (see the table at the end of the run).
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,36 +20,15 @@ from e2e.real.conftest import Figures
 from e2e.real.test_training import (
     CHECKPOINT_STEPS,
     LONGER_STEPS,
+    LastStep,
     apply_example,
     chief_pods,
-    progress,
     running_chief,
     wait_succeeded,
 )
 from e2e.util import wait_for
 
 Obj = dict[str, Any]
-
-
-class LastStep:
-    """The highest step a chief pod reports, polled from its progress port until it is stopped."""
-
-    def __init__(self, pod: Obj) -> None:
-        self.step = 0
-        self._pod, self._done = pod, threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._done.is_set():
-            with contextlib.suppress(OSError, http.client.HTTPException):  # the chief stopped serving
-                self.step = max(self.step, int(progress(self._pod).get("step", 0)))
-            self._done.wait(0.2)
-
-    def stop(self) -> int:
-        self._done.set()
-        self._thread.join()
-        return self.step
 
 
 def events(api: client.ApiClient, namespace: str, name: str) -> list[Any]:

@@ -20,8 +20,7 @@ from e2e import psjobs
 from e2e.kubectl import kubectl
 from e2e.real import example
 from e2e.real.conftest import Figures
-from e2e.real.test_planned_stops import LastStep
-from e2e.real.test_training import CHECKPOINT_STEPS, TRAIN_TIMEOUT, progress, wait_succeeded
+from e2e.real.test_training import CHECKPOINT_STEPS, TRAIN_TIMEOUT, LastStep, progress, wait_succeeded
 from e2e.util import wait_for
 
 STEPS = 6000

@@ -1,5 +1,6 @@
-"""The example job trains for real: TensorFlow in pods on a real kubelet, the cluster formed over
-cluster DNS, checkpoints on a shared PersistentVolume, the operator in-cluster under the chart's
+"""The example job trains for real: TensorFlow in pods on real kubelets (kind: the PS and the chief on
+one node, the GPU workers on another), the cluster formed over cluster DNS, checkpoints on a shared
+PersistentVolume, the operator in-cluster under the chart's
 RBAC. Then the same job broken on purpose, with real signals:
 
 - a parameter server SIGKILLed mid-training: the kubelet restarts it in place, the operator replaces
@@ -15,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e import monitoring, psjobs
 from e2e.kubectl import kubectl
 from e2e.real import example
+from e2e.real.commands import get_from_node, in_node_network, on_node, port_forward
 from e2e.real.conftest import Figures
 from e2e.util import as_json, wait_for
 from psoperator.api.models import ModelHints
 from psoperator.sizing.planner import plan_ps
 
-CONTAINERD_SOCK = "/run/psoperator-real/containerd.sock"
 STEPS = int(os.environ.get("PSOPERATOR_REAL_STEPS", "1200"))
 CHECKPOINT_STEPS = example.CHECKPOINT_STEPS
 TRAIN_TIMEOUT = 600.0
@@ -57,10 +59,49 @@ def apply_example(
 
 
 def progress(pod: Obj) -> Obj:
-    """The chief's own report, read from its pod IP (what the operator polls)."""
-    url = f"http://{pod['status']['podIP']}:8470/progress"
-    with urllib.request.urlopen(url, timeout=3) as response:
-        return dict(json.loads(response.read()))
+    """The chief's own report, read from its pod IP (what the operator polls), from its node."""
+    return dict(
+        json.loads(get_from_node(pod["spec"]["nodeName"], f"http://{pod['status']['podIP']}:8470/progress"))
+    )
+
+
+# Run in the chief's node's network namespace: prints each step the chief reports, every 50 ms,
+# until stopped (a read that fails prints nothing).
+_POLL_STEPS = """
+import json, sys, time, urllib.request
+while True:
+    try:
+        print(json.load(urllib.request.urlopen(sys.argv[1], timeout=1)).get("step", 0), flush=True)
+    except Exception:
+        pass
+    time.sleep(0.05)
+"""
+
+
+class LastStep:
+    """The highest step a chief pod reports, polled from its node every 50 ms until stopped: the step
+    it reached, when it is stopped after the chief stopped answering."""
+
+    def __init__(self, pod: Obj) -> None:
+        self.step = 0
+        url = f"http://{pod['status']['podIP']}:8470/progress"
+        self._poller = subprocess.Popen(
+            [*in_node_network(pod["spec"]["nodeName"]), sys.executable, "-c", _POLL_STEPS, url],
+            stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._poller.stdout is not None
+        for line in self._poller.stdout:
+            self.step = max(self.step, int(line))
+
+    def stop(self) -> int:
+        self._poller.terminate()
+        self._poller.wait(timeout=30)
+        self._thread.join()
+        return self.step
 
 
 def chief_pods(api: client.ApiClient, namespace: str, name: str) -> list[Obj]:
@@ -89,11 +130,10 @@ def trainer_container_id(pod: Obj) -> str:
 
 
 def sigkill(pod: Obj) -> float:
-    """SIGKILL to the trainer container's process, from the node, as an OOM kill or crash would."""
-    subprocess.run(
-        ["ctr", "--address", CONTAINERD_SOCK, "--namespace", "k8s.io", "tasks", "kill",
-         "--signal", "SIGKILL", trainer_container_id(pod)],
-        check=True, capture_output=True, timeout=30,
+    """SIGKILL to the trainer container's process, from its node, as an OOM kill or crash would."""
+    on_node(
+        pod["spec"]["nodeName"],
+        "ctr", "--namespace", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", trainer_container_id(pod),
     )  # fmt: skip
     return time.monotonic()
 
@@ -172,9 +212,11 @@ def test_a_killed_parameter_server_restarts_the_chief_from_the_latest_checkpoint
     old_chief, report = running_chief(k8s, job_namespace, name, min_step=CHECKPOINT_STEPS + 20)
     assert report.get("checkpointStep", 0) >= CHECKPOINT_STEPS, report
     ps0 = next(p for p in psjobs.pods(k8s, job_namespace, name, "ps") if p["metadata"]["name"].endswith("-0"))
+    last = LastStep(old_chief)
+    wait_for(
+        lambda: last.step >= report["step"], timeout=30, message="the chief's steps polled from its node"
+    )
     killed = sigkill(ps0)
-    # Read after the kill: the chief cannot step past a dead PS, so this bounds the step it reached.
-    step_at_kill = progress(old_chief)["step"]
 
     def new_chief() -> Obj | None:
         pods = chief_pods(k8s, job_namespace, name)
@@ -182,6 +224,8 @@ def test_a_killed_parameter_server_restarts_the_chief_from_the_latest_checkpoint
 
     wait_for(new_chief, timeout=120, interval=0.1, message="a new chief pod")
     figures.record("PS SIGKILL → new chief pod", time.monotonic() - killed, "s")
+    # The chief cannot step past a dead PS: the last step it reported is the step it reached.
+    step_at_kill = last.stop()
     restarted_in_place(k8s, job_namespace, ps0)
 
     final = wait_succeeded(k8s, job_namespace, name)
@@ -262,8 +306,10 @@ def apply_endless(kubeconfig: Path, namespace: str, model: list[str] | None = No
 
 
 def working_set_mib(kubeconfig: Path, namespace: str) -> dict[str, float]:
-    """Every trainer container's working set in the namespace, from the kubelet's resource metrics."""
-    text = kubectl(kubeconfig, "get", "--raw", "/api/v1/nodes/real-0/proxy/metrics/resource")
+    """Every trainer container's working set in the namespace, from each kubelet's resource metrics."""
+    nodes = kubectl(kubeconfig, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split()
+    resource = [f"/api/v1/nodes/{node}/proxy/metrics/resource" for node in nodes]
+    text = "\n".join(kubectl(kubeconfig, "get", "--raw", path) for path in resource)
     wanted = {"namespace": namespace, "container": "trainer"}
     return {
         sample.labels["pod"]: sample.value / 2**20
@@ -354,23 +400,28 @@ def test_prometheus_scrapes_the_chiefs_own_metrics(
     kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, tmp_path: Path
 ) -> None:
     """A real Prometheus scrapes the training chief's /metrics on its progress port: the target the
-    chart's trainer PodMonitor gives it (the pod's `progress` port)."""
+    chart's trainer PodMonitor gives it (the pod's `progress` port), forwarded to this machine."""
     name = apply_endless(kubeconfig, job_namespace)
     chief, _ = chief_checkpoint(k8s, job_namespace, name, 0, -1)
-    prometheus = monitoring.PrometheusProcess(tmp_path, f"{chief['status']['podIP']}:8470", {"groups": []})
-    prometheus.start()
-    try:
+    with port_forward(kubeconfig, job_namespace, chief["metadata"]["name"], 8470) as port:
+        prometheus = monitoring.PrometheusProcess(tmp_path, f"127.0.0.1:{port}", {"groups": []})
+        prometheus.start()
+        try:
 
-        def value(expr: str) -> float:
-            return max(prometheus.query(expr).values(), default=0.0)
+            def value(expr: str) -> float:
+                return max(prometheus.query(expr).values(), default=0.0)
 
-        saves = wait_for(
-            lambda: value("pstrainer_checkpoint_save_seconds_count"), timeout=120, message="a checkpoint save"
-        )
-        step = wait_for(lambda: value("pstrainer_global_step"), timeout=60, message="a step")
-        wait_for(lambda: value("pstrainer_global_step") > step, timeout=120, message=f"the step past {step}")
-        assert value("pstrainer_step_seconds_count") > 0 and value("pstrainer_examples_per_second") > 0
-        assert value("pstrainer_last_checkpoint_step") >= ENDLESS_CHECKPOINT_STEPS and saves >= 1
-    finally:
-        prometheus.stop()
+            saves = wait_for(
+                lambda: value("pstrainer_checkpoint_save_seconds_count"),
+                timeout=120,
+                message="a checkpoint save",
+            )
+            step = wait_for(lambda: value("pstrainer_global_step"), timeout=60, message="a step")
+            wait_for(
+                lambda: value("pstrainer_global_step") > step, timeout=120, message=f"the step past {step}"
+            )
+            assert value("pstrainer_step_seconds_count") > 0 and value("pstrainer_examples_per_second") > 0
+            assert value("pstrainer_last_checkpoint_step") >= ENDLESS_CHECKPOINT_STEPS and saves >= 1
+        finally:
+            prometheus.stop()
     kubectl(kubeconfig, "delete", "psjob", name, "-n", job_namespace, "--wait=false")
