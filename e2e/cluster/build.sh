@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd, kwok, kwokctl), what the kind node image adds (kubelet, kube-proxy, CoreDNS, kube-router: the
-# CNI and NetworkPolicy enforcer), helm, and prometheus and promtool (the metrics, alert and
-# dashboard tests) from the Go module proxy into a cache outside the repo.
+# etcd, kwok, kwokctl), what the kind node image adds (kubeadm, kubelet, kube-proxy, CoreDNS,
+# kube-router: the CNI and NetworkPolicy enforcer), helm, and prometheus and promtool (the metrics,
+# alert and dashboard tests) from the Go module proxy into a cache outside the repo.
 # Idempotent: a component already in the cache is not rebuilt. Prints progress.
 # `build.sh kueue` builds only Kueue's manager and puts its Helm chart in the cache (images/build.sh
 # kueue calls it, for the tests that install Kueue, and e2e/run-tests.sh); the default target, which
 # `cluster.sh up` and so the demo run, does not build it.
-# `build.sh kind` builds only kind and the binaries its node image holds (kubeadm, kubelet, kubectl,
-# crictl; e2e/cluster/kindnode.sh calls it).
+# `build.sh kind` builds only kind, crictl and the Kubernetes binaries (kubeadm among them) its node
+# image holds (e2e/cluster/kindnode.sh calls it).
 # `build.sh training-operator` builds only Kubeflow's training-operator v1, the benchmark's peer
 # (`python -m e2e.bench` calls it when the tfjob kind is chosen); the default target, which CI runs,
 # does not build it.
@@ -42,10 +42,8 @@ mark() { echo "$2" > "$BIN/.$1.version"; }
 
 # k8s.io/kubernetes pins its staging modules at v0.0.0 and replaces them with local paths, which a
 # dependent module ignores; a wrapper module replaces each with the published v0.<minor>.<patch>.
-# Builds the binaries named (by default the control plane's, the kubelet and kube-proxy).
 build_kubernetes() {
-  local want=("$@") missing=()
-  [ ${#want[@]} -gt 0 ] || want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kubeadm) missing=()
   for b in "${want[@]}"; do have "$b" "$K8S_VERSION" || missing+=("$b"); done
   [ ${#missing[@]} -eq 0 ] && { log "kubernetes $K8S_VERSION: cached"; return; }
   local dir="$WORK/kubernetes-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
@@ -64,9 +62,7 @@ build_kubernetes() {
     echo '//go:build tools'
     echo 'package tools'
     echo 'import ('
-    for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kubeadm; do
-      echo "  _ \"k8s.io/kubernetes/cmd/$b\""
-    done
+    for b in "${want[@]}"; do echo "  _ \"k8s.io/kubernetes/cmd/$b\""; done
     echo ')'
   } > tools.go
   go mod tidy >/dev/null
@@ -175,7 +171,7 @@ case "${1:-}" in
     build_installable kind "$KIND_VERSION" sigs.k8s.io/kind
     build_installable crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl \
       "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
-    build_kubernetes kubeadm kubelet kubectl
+    build_kubernetes
     exit 0 ;;
 esac
 build_etcd

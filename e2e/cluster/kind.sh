@@ -5,16 +5,16 @@
 #
 #   kind.sh up                create the cluster (if missing); prints the kubeconfig path on stdout
 #   kind.sh load IMAGE...     load local images into the workers (the control plane runs no pod of ours)
-#   kind.sh nodes             the nodes' names (each is a container: `docker exec NODE ...`)
 #   kind.sh down              delete it
 #
 #   KUBECONFIG=$(e2e/cluster/kind.sh up) python -m pytest e2e/real
 #
 # The node image is, by default, the one kindnode.sh builds here with no registry, whose images
 # kubeadm is pointed at by a patch; or KIND_NODE_IMAGE, on a machine that reaches kind's registry:
-# `default` for the kindest/node image of kind's release, or any other image. kind is the one build.sh builds unless KIND names another. Every node
-# mounts the host's $CACHE/real/volumes at the same path: hostPath volumes there are shared by the
-# nodes, as a ReadWriteMany volume (NFS, EFS, Filestore) is on a real cluster.
+# `default` for the kindest/node image of kind's release, or any other image. kind is the one
+# build.sh builds unless KIND names another. Every node mounts the host's $CACHE/real/volumes at the
+# same path: hostPath volumes there are shared by the nodes, as a ReadWriteMany volume (NFS, EFS,
+# Filestore) is on a real cluster.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -32,21 +32,22 @@ kctl() { "$CACHE/bin/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 # The cluster's configuration; kubeadm patches for the node image built here (its images' names)
 # and for a cgroup v1 host (which the kubelet refuses unless told not to).
 config() {
+  local mounts="extraMounts: [{hostPath: \"$VOLUMES\", containerPath: \"$VOLUMES\"}]"
   cat <<EOF
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 nodes:
 - role: control-plane
-  extraMounts: [{hostPath: "$VOLUMES", containerPath: "$VOLUMES"}]
+  $mounts
 - role: worker
   labels:
     psoperator.io/pool: cpu
-  extraMounts: [{hostPath: "$VOLUMES", containerPath: "$VOLUMES"}]
+  $mounts
 - role: worker
   labels:
     psoperator.io/pool: gpu
     nvidia.com/gpu.present: "true"
-  extraMounts: [{hostPath: "$VOLUMES", containerPath: "$VOLUMES"}]
+  $mounts
   kubeadmConfigPatches:
   - |
     kind: JoinConfiguration
@@ -107,7 +108,6 @@ case "${1:-}" in
     workers=$(kind get nodes --name "$NAME" | grep -v -- -control-plane | paste -sd, -)
     kind load docker-image --name "$NAME" --nodes "$workers" "$@" >&2
     ;;
-  nodes) kind get nodes --name "$NAME" ;;
   down) kind delete cluster --name "$NAME" >&2; rm -f "$KUBECONFIG_PATH" ;;
-  *) echo "usage: $0 up | load IMAGE... | nodes | down" >&2; exit 2 ;;
+  *) echo "usage: $0 up | load IMAGE... | down" >&2; exit 2 ;;
 esac

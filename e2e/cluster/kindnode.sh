@@ -14,6 +14,8 @@ CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/kind-node"
 REPO=psoperator.local
+# docker import sets no PATH.
+PATH_ENV='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 docker() { if [ -x /usr/bin/docker ]; then /usr/bin/docker "$@"; else command docker "$@"; fi; }
 log() { printf '[kindnode %s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -43,44 +45,39 @@ debian_base() {  # NAME PACKAGES: imports the base (made if missing) as $REPO/NA
         --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$tar.part" >&2
       mv "$tar.part" "$tar"
     fi
-    docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-      "$tar" "$image" >/dev/null
+    docker import --change "$PATH_ENV" "$tar" "$image" >/dev/null
   fi
   echo "$image"
 }
 
+IMAGES=()  # what binary_image and net_image made, for the node's containerd
+
 # One static binary on an empty base, run as its own entrypoint (kubeadm's manifests give the
-# command of all but CoreDNS).
-binary_image() {  # BINARY TAG
-  local dir="$WORK/images/$1"
-  rm -rf "$dir" && mkdir -p "$dir/usr/local/bin" && cp "$BIN/$1" "$dir/usr/local/bin/"
-  tar -C "$dir" -c usr | docker import \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    --change "ENTRYPOINT [\"/usr/local/bin/$1\"]" - "$REPO/$1:$2" >/dev/null
+# command of all but CoreDNS; the pause image is run as it is).
+binary_image() {  # PATH TAG
+  local name=${1##*/}
+  local dir="$WORK/images/$name"
+  rm -rf "$dir" && mkdir -p "$dir/usr/local/bin" && cp "$1" "$dir/usr/local/bin/"
+  tar -C "$dir" -c usr | docker import --change "$PATH_ENV" \
+    --change "ENTRYPOINT [\"/usr/local/bin/$name\"]" - "$REPO/$name:$2" >/dev/null
+  IMAGES+=("$REPO/$name:$2")
 }
 
 net_image() {  # BINARY TAG BASE
   DOCKER_BUILDKIT=1 docker build -q --network=host -f "$HERE/kind/component.Dockerfile" \
     --build-arg "BASE=$3" --build-arg "BINARY=$1" -t "$REPO/$1:$2" "$BIN" >/dev/null
-}
-
-pause_image() {
-  local dir="$WORK/images/pause"
-  mkdir -p "$dir" && gcc -static -Os -s -o "$dir/pause" "$HERE/pause.c"
-  tar -C "$dir" -c pause | docker import --change 'ENTRYPOINT ["/pause"]' - "$REPO/pause:1" >/dev/null
+  IMAGES+=("$REPO/$1:$2")
 }
 
 build_images() {
   local k8s=$1 net_base=$2
-  for b in kube-apiserver kube-controller-manager kube-scheduler; do binary_image "$b" "$k8s"; done
-  binary_image etcd "$(version etcd)"
-  binary_image coredns "$(version coredns)"
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do binary_image "$BIN/$b" "$k8s"; done
+  binary_image "$BIN/etcd" "$(version etcd)"
+  binary_image "$BIN/coredns" "$(version coredns)"
   net_image kube-proxy "$k8s" "$net_base"
   net_image kube-router "$(version kube-router)" "$net_base"
-  pause_image
-  IMAGES=("$REPO/kube-apiserver:$k8s" "$REPO/kube-controller-manager:$k8s" "$REPO/kube-scheduler:$k8s"
-    "$REPO/etcd:$(version etcd)" "$REPO/coredns:$(version coredns)" "$REPO/kube-proxy:$k8s"
-    "$REPO/kube-router:$(version kube-router)" "$REPO/pause:1")
+  mkdir -p "$WORK/pause" && gcc -static -Os -s -o "$WORK/pause/pause" "$HERE/pause.c"
+  binary_image "$WORK/pause/pause" 1
 }
 
 # The build context: kind's node files (but the fuse-overlayfs unit, for rootless hosts, whose
