@@ -11,7 +11,7 @@ KUBECONFIG (e.g. kind).
                          OperatorProcess
 
 Tests using `kubeconfig` are marked `cluster` automatically. Without built binaries the tests are
-skipped locally and fail in CI (env CI set). `kubelet` tests are skipped on simulated nodes.
+skipped locally and fail in CI (env CI set).
 
 Only fixtures and hooks are here. The helpers behind them, which tests and the bench import too, are
 in e2e/clusters.py (the cluster, the CRD), e2e/accounts.py (ServiceAccount kubeconfigs),
@@ -89,14 +89,6 @@ def kwok_only(simulated: bool) -> None:
     """For tests that inject state only simulated nodes accept (a kubelet would overwrite it)."""
     if not simulated:
         pytest.skip("needs KWOK's simulated nodes: a real kubelet overwrites injected pod/node status")
-
-
-@pytest.fixture(autouse=True)
-def _skip_kubelet_tests_on_kwok(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("kubelet") is None:
-        return
-    if request.getfixturevalue("simulated"):
-        pytest.skip("needs real containers (kubelet); this cluster's nodes are simulated by KWOK")
 
 
 @pytest.fixture(scope="session")

@@ -398,13 +398,3 @@ def test_scheduler_preempts_a_lower_priority_gpu_pod_like_preempt_pod_does(
             history.close()
         for name in (low, high):
             scheduling.delete_priority_class(name)
-
-
-@pytest.mark.kubelet
-def test_real_container_exit_code_is_reported(k8s: client.ApiClient, namespace: str) -> None:
-    """With a kubelet, a container's own exit code reaches the API (the contract chaos.py imitates)."""
-    manifest = pod_manifest("exits")
-    manifest["spec"]["containers"][0]["command"] = ["sh", "-c", "echo bye >/dev/termination-log; exit 3"]
-    pod = wait_pod_phase(k8s, namespace, create_pod(k8s, namespace, manifest), "Failed", timeout=120)
-    terminated = only_container(pod)["state"]["terminated"]
-    assert (terminated["exitCode"], terminated["message"].strip()) == (3, "bye")

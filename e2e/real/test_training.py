@@ -34,6 +34,7 @@ from e2e.real.commands import get_from_node, in_node_network, on_node, port_forw
 from e2e.real.conftest import Figures
 from e2e.util import as_json, wait_for
 from psoperator.api.models import ModelHints
+from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH
 from psoperator.sizing.planner import plan_ps
 
 STEPS = int(os.environ.get("PSOPERATOR_REAL_STEPS", "1200"))
@@ -60,9 +61,11 @@ def apply_example(
 
 def progress(pod: Obj) -> Obj:
     """The chief's own report, read from its pod IP (what the operator polls), from its node."""
-    return dict(
-        json.loads(get_from_node(pod["spec"]["nodeName"], f"http://{pod['status']['podIP']}:8470/progress"))
-    )
+    return dict(json.loads(get_from_node(pod["spec"]["nodeName"], progress_url(pod))))
+
+
+def progress_url(pod: Obj) -> str:
+    return f"http://{pod['status']['podIP']}:{DEFAULT_PROGRESS_PORT}{PROGRESS_PATH}"
 
 
 # Run in the chief's node's network namespace: prints each step the chief reports, every 50 ms,
@@ -84,9 +87,8 @@ class LastStep:
 
     def __init__(self, pod: Obj) -> None:
         self.step = 0
-        url = f"http://{pod['status']['podIP']}:8470/progress"
         self._poller = subprocess.Popen(
-            [*in_node_network(pod["spec"]["nodeName"]), sys.executable, "-c", _POLL_STEPS, url],
+            [*in_node_network(pod["spec"]["nodeName"]), sys.executable, "-c", _POLL_STEPS, progress_url(pod)],
             stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -403,7 +405,7 @@ def test_prometheus_scrapes_the_chiefs_own_metrics(
     chart's trainer PodMonitor gives it (the pod's `progress` port), forwarded to this machine."""
     name = apply_endless(kubeconfig, job_namespace)
     chief, _ = chief_checkpoint(k8s, job_namespace, name, 0, -1)
-    with port_forward(kubeconfig, job_namespace, chief["metadata"]["name"], 8470) as port:
+    with port_forward(kubeconfig, job_namespace, chief["metadata"]["name"], DEFAULT_PROGRESS_PORT) as port:
         prometheus = monitoring.PrometheusProcess(tmp_path, f"127.0.0.1:{port}", {"groups": []})
         prometheus.start()
         try:
