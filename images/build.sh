@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Builds the operator and trainer images, and the plain TensorFlow example's (examples/plain-tf),
 # on a machine that reaches no container registry: a Debian base made here with mmdebstrap (reused
-# while its inputs are unchanged), then the three Dockerfiles on it, with the host's CA bundle as a BuildKit secret (for a TLS-intercepting proxy in front of PyPI).
+# while its inputs are unchanged), the operator on it, TensorFlow on it (images/tensorflow: what the
+# official tensorflow/tensorflow image is elsewhere), and the trainer and the example on that, with
+# the host's CA bundle as a BuildKit secret (for a TLS-intercepting proxy in front of PyPI).
 #   images/build.sh         build (or reuse) the base and the images
-#   images/build.sh save    the same, then `docker save` each image into the cache and print the
-#                           archive paths on stdout, for `ctr -n k8s.io images import <path>`
 #   images/build.sh kueue   the base and Kueue's image only (images/kueue/Dockerfile), from its
 #                           manager, which `e2e/cluster/build.sh kueue` builds if not cached: for
 #                           the tests that install Kueue (e2e/real/kueue.py) and CI, not the demo
 # Progress goes to stderr, ending with a table of each step's seconds and each image's size.
 # Environment: PSOPERATOR_CACHE (~/.cache/psoperator), PSOPERATOR_OPERATOR_IMAGE,
 # PSOPERATOR_TRAINER_IMAGE, PSOPERATOR_PLAIN_TF_IMAGE and PSOPERATOR_KUEUE_IMAGE (the tags),
-# KUEUE_VERSION (e2e/cluster/build.sh's), PSOPERATOR_TENSORFLOW (the pip requirement installed in
-# the trainer and the example, whose base has none), PSOPERATOR_CACERT (the CA bundle given as secret), DOCKER.
+# KUEUE_VERSION (e2e/cluster/build.sh's), PSOPERATOR_TENSORFLOW (the pip requirement of the
+# TensorFlow image), PSOPERATOR_CACERT (the CA bundle given as secret), DOCKER.
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
+. e2e/packages.sh
 
 # The image names e2e/real reads from the same variables.
 OPERATOR_IMAGE=${PSOPERATOR_OPERATOR_IMAGE:-ps-training-operator:dev}
@@ -53,6 +54,7 @@ IMPORT_CHANGES=(
 BASE_KEY=$(printf '%s\n' "${MMDEBSTRAP_ARGS[@]}" "${IMPORT_CHANGES[@]}" | sha256sum | cut -c1-12)
 BASE_IMAGE=psoperator/base:bookworm-$BASE_KEY
 BASE_TAR=$CACHE/base-bookworm-$BASE_KEY.tar
+TF_IMAGE=psoperator/tensorflow:dev
 
 log() { printf '[images/build.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -73,11 +75,7 @@ make_base() {
     return
   fi
   if [ ! -s "$BASE_TAR" ]; then
-    if ! command -v mmdebstrap >/dev/null; then
-      log "installing mmdebstrap"
-      apt-get update -qq >&2
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >&2
-    fi
+    command -v mmdebstrap >/dev/null || need_packages mmdebstrap
     log "mmdebstrap bookworm into $BASE_TAR (a minute or two)"
     trap 'rm -f "$BASE_TAR.part"' EXIT
     mmdebstrap "${MMDEBSTRAP_ARGS[@]}" "$BASE_TAR.part" >&2
@@ -110,23 +108,6 @@ build_kueue_image() {
   build_image "$KUEUE_IMAGE" images/kueue/Dockerfile "$BIN" --build-arg "BASE_IMAGE=$BASE_IMAGE"
 }
 
-ARCHIVES=()
-# save_image TAG: a docker archive in the cache, rewritten only when the image changed.
-save_image() {
-  local tag=$1 id archive
-  archive=$CACHE/$(printf '%s' "$tag" | tr '/:' '__').tar
-  id=$("$DOCKER" image inspect -f '{{.Id}}' "$tag")
-  if [ -s "$archive" ] && [ "$(cat "$archive.id" 2>/dev/null)" = "$id" ]; then
-    log "reusing $archive"
-  else
-    log "saving $tag to $archive"
-    "$DOCKER" save -o "$archive.part" "$tag"
-    mv "$archive.part" "$archive"
-    printf '%s\n' "$id" >"$archive.id"
-  fi
-  ARCHIVES+=("$archive")
-}
-
 megabytes() { awk -v b="$1" 'BEGIN { printf "%.0f MB", b / 1e6 }'; }
 
 report() {
@@ -137,16 +118,13 @@ report() {
     for tag in "$BASE_IMAGE" "${BUILT[@]}"; do
       printf '%-60s %10s\n' "$tag" "$(megabytes "$("$DOCKER" image inspect -f '{{.Size}}' "$tag")")"
     done
-    for archive in "${ARCHIVES[@]}"; do
-      printf '%-60s %10s\n' "${archive/#$HOME/\~}" "$(megabytes "$(stat -c %s "$archive")")"
-    done
   } >&2
 }
 
 case ${1:-build} in
-  build | save | kueue) ;;
+  build | kueue) ;;
   *)
-    echo "usage: $0 [build|save|kueue]" >&2
+    echo "usage: $0 [build|kueue]" >&2
     exit 2
     ;;
 esac
@@ -167,14 +145,10 @@ if [ "${1:-build}" = kueue ]; then
 fi
 timed "operator $OPERATOR_IMAGE" build_image "$OPERATOR_IMAGE" Dockerfile . \
   --build-arg "PYTHON_IMAGE=$BASE_IMAGE"
+timed "tensorflow $TF_IMAGE" build_image "$TF_IMAGE" images/tensorflow/Dockerfile images/tensorflow \
+  --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "TENSORFLOW=$TENSORFLOW"
 timed "trainer $TRAINER_IMAGE" build_image "$TRAINER_IMAGE" images/trainer/Dockerfile . \
-  --build-arg "TF_IMAGE=$BASE_IMAGE" --build-arg "TENSORFLOW=$TENSORFLOW"
+  --build-arg "TF_IMAGE=$TF_IMAGE"
 timed "plain TensorFlow example $PLAIN_TF_IMAGE" build_image "$PLAIN_TF_IMAGE" examples/plain-tf/Dockerfile \
-  examples/plain-tf --build-arg "TF_IMAGE=$BASE_IMAGE" --build-arg "TENSORFLOW=$TENSORFLOW"
-if [ "${1:-build}" = save ]; then
-  timed "save $OPERATOR_IMAGE" save_image "$OPERATOR_IMAGE"
-  timed "save $TRAINER_IMAGE" save_image "$TRAINER_IMAGE"
-  timed "save $PLAIN_TF_IMAGE" save_image "$PLAIN_TF_IMAGE"
-fi
+  examples/plain-tf --build-arg "TF_IMAGE=$TF_IMAGE"
 report
-if [ "${#ARCHIVES[@]}" -gt 0 ]; then printf '%s\n' "${ARCHIVES[@]}"; fi
