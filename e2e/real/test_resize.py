@@ -23,7 +23,7 @@ from e2e.real.conftest import Figures
 from e2e.real.test_training import CHECKPOINT_STEPS, TRAIN_TIMEOUT, LastStep, progress, wait_succeeded
 from e2e.util import wait_for
 
-STEPS = 6000
+STEPS = 2000
 # Steps a new shape trains before the next resize: enough for a loss to compare.
 TRAINED_BETWEEN = 100
 RESIZES = [(3, 4), (2, 1)]
