@@ -24,6 +24,7 @@ if [ "${1:-}" = "down" ]; then
 fi
 
 log "the project's virtual environment (.venv): the base package, which shapes the example's manifests for this machine"
+. e2e/packages.sh
 . e2e/venv.sh
 project_venv -e .
 

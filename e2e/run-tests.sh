@@ -6,6 +6,7 @@
 # "no tests ran".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. e2e/packages.sh
 . e2e/venv.sh
 
 STEPS=()
@@ -22,39 +23,54 @@ timings() {
 }
 trap timings EXIT
 
-system_packages() {
-  # iproute2: network namespaces of the TensorFlow tests; docker.io (dockerd, containerd, runc):
-  # image builds and kind's nodes; jq: runc-without-sys-resource; mmdebstrap: the images' and the
-  # kind node's bases; gcc: the pause image.
-  local want=(iproute2 curl docker.io jq mmdebstrap gcc libc6-dev)
-  local missing=() pkg
-  for pkg in "${want[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-  done
-  [ ${#missing[@]} -eq 0 ] && return
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-}
+# All at once, so that their time shows in the table (the scripts below install what they use, for
+# the demo): iproute2: network namespaces of the TensorFlow tests; docker.io (dockerd, containerd,
+# runc): image builds and kind's nodes; jq: runc-without-sys-resource; mmdebstrap: the images' and
+# the kind node's bases; gcc and libc6-dev: the pause image; python3-venv: the virtual environment.
+system_packages() { need_packages iproute2 docker.io jq mmdebstrap gcc libc6-dev python3-venv; }
 
 python_packages() {  # into the project's virtual environment (e2e/venv.sh), put first on PATH
   project_venv -e '.[operator,dev]' -e images/trainer
 }
 
+# Chained: a step's function runs where `set -e` does not apply (step's `||`), so each command's
+# failure must end it.
 lint() {
-  ruff check .
-  ruff format --check .
-  mypy
-  hadolint Dockerfile images/trainer/Dockerfile examples/plain-tf/Dockerfile images/kueue/Dockerfile \
-    e2e/cluster/kind/node.Dockerfile e2e/cluster/kind/component.Dockerfile
+  ruff check . &&
+  ruff format --check . &&
+  mypy &&
+  hadolint Dockerfile images/trainer/Dockerfile images/tensorflow/Dockerfile images/kueue/Dockerfile \
+    examples/plain-tf/Dockerfile e2e/cluster/kind/node.Dockerfile e2e/cluster/kind/component.Dockerfile
 }
 
-pytest_all() {
+run_pytest() {  # ARGS...: pytest, failing on failures and on "no tests ran"
   local status=0
   python -m pytest --durations=20 "$@" || status=$?
   if [ "$status" -eq 5 ]; then
-    echo "pytest collected no tests: that is a failure" >&2
+    echo "pytest $*: collected no tests: that is a failure" >&2
     return 1
   fi
   return "$status"
+}
+
+# With arguments, one pytest of them. Without, two at once, each with its own cluster: e2e/real on
+# kind (it mostly waits: on TensorFlow pods, kubelets and kind's controllers) beside the rest
+# (tests/unit, e2e on the local control plane's KWOK nodes, tests/trainer). e2e/real's output is
+# printed when it ends, and is in its log meanwhile.
+pytest_all() {
+  [ $# -gt 0 ] && { run_pytest "$@"; return; }
+  local dir="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}/real" pid real=0 rest=0
+  local log="$dir/logs/pytest.log"
+  mkdir -p "$dir/logs"
+  echo "e2e/real runs beside the other tests; its output: $log" >&2
+  # Its own base for tmp_path: each pytest removes old ones of its base.
+  run_pytest --basetemp="$dir/pytest" e2e/real >"$log" 2>&1 &
+  pid=$!
+  run_pytest --ignore=e2e/real || rest=$?
+  wait "$pid" || real=$?
+  printf '\n=== e2e/real (exit %d)\n' "$real" >&2
+  cat "$log"
+  [ "$real" -eq 0 ] && [ "$rest" -eq 0 ]
 }
 
 step "system packages (apt)" system_packages

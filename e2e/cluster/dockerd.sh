@@ -11,15 +11,18 @@ CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 DOCKER=/usr/bin/docker
 [ -x "$DOCKER" ] || DOCKER=docker
 
+. "$(dirname "$0")/../packages.sh"
+
 "$DOCKER" info >/dev/null 2>&1 && exit 0
 if ! command -v dockerd >/dev/null; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
+  need_packages docker.io
   DOCKER=/usr/bin/docker
 fi
 mkdir -p "$CACHE/logs" "$CACHE/bin"
 runtime=()
 # CAP_SYS_RESOURCE is capability 24.
 if (( (16#$(awk '/^CapBnd:/ {print $2}' /proc/self/status) >> 24 & 1) == 0 )); then
+  command -v jq >/dev/null || need_packages jq  # the wrapper edits the container's config with it
   install -m 0755 "$(dirname "$0")/runc-without-sys-resource" "$CACHE/bin/"
   runtime=(--add-runtime "psoperator-runc=$CACHE/bin/runc-without-sys-resource"
     --default-runtime psoperator-runc)

@@ -10,6 +10,7 @@
 set -euo pipefail
 export LC_ALL=C
 HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/../packages.sh"
 CACHE="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}"
 BIN="$CACHE/bin"
 WORK="$CACHE/kind-node"
@@ -38,6 +39,7 @@ debian_base() {  # NAME PACKAGES: imports the base (made if missing) as $REPO/NA
   tar="$WORK/$name-base-$key.tar" image="$REPO/$name-base:$key"
   if ! docker image inspect "$image" >/dev/null 2>&1; then
     if [ ! -s "$tar" ]; then
+      command -v mmdebstrap >/dev/null || need_packages mmdebstrap
       log "mmdebstrap $name base ($packages)"
       mmdebstrap --variant=minbase --format=tar --include="$packages" \
         --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
@@ -76,6 +78,7 @@ build_images() {
   binary_image "$BIN/coredns" "$(version coredns)"
   net_image kube-proxy "$k8s" "$net_base"
   net_image kube-router "$(version kube-router)" "$net_base"
+  need_packages gcc libc6-dev  # a static pause binary
   mkdir -p "$WORK/pause" && gcc -static -Os -s -o "$WORK/pause/pause" "$HERE/pause.c"
   binary_image "$WORK/pause/pause" 1
 }
