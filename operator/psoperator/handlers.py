@@ -102,7 +102,6 @@ async def wait_for_the_crd(memo: Any, logger: Any, **_: Any) -> None:
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     state = _state(memo)
-    state.stopping = True
     if state.election_task is not None:
         state.election_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -285,19 +285,6 @@ def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_e
     asyncio.run(scenario())
 
 
-def test_no_loop_starts_once_the_operator_is_stopping() -> None:
-    """A job's event that kopf hands over during the clean-up starts no loop: it would reconcile with
-    the closed HTTP session (seen in e2e/test_api_faults' log: "RuntimeError: Session is closed")."""
-    state = OperatorState(RecordingKube(), Metrics())
-
-    async def scenario() -> None:
-        await _kopf_fn(handlers.close)(memo=kopf.Memo(state=state))
-        assert not loop.start_loop(state, ("ns", "ctr"), logging.getLogger("test"))
-        assert state.looping() == []
-
-    asyncio.run(scenario())
-
-
 def test_finished_jobs_count_in_the_pace_at_their_own_rare_resync() -> None:
     """100 running jobs beside 900 finished ones keep their 10 s resync (the finished ones cost 3
     reconciles a second, not 90); 10,000 finished ones stretch everything, theirs too."""

@@ -46,10 +46,9 @@ def wake(state: OperatorState, key: JobKey | None) -> None:
 
 
 def start_loop(state: OperatorState, key: JobKey, logger: Any) -> bool:
-    """Start the job's loop (in a copy of `state.context`) unless it runs or the operator is
-    stopping; True when this started it."""
+    """Start the job's loop (in a copy of `state.context`) unless it runs; True when this started it."""
     job = state.job(key, logger)
-    if job.loop is not None or state.stopping:
+    if job.loop is not None:
         return False
     job.wakeup = asyncio.Event()
     context = state.context.copy() if state.context is not None else None

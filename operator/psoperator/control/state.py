@@ -86,9 +86,6 @@ class OperatorState:
     election: Election | None = None
     elector: Elector | None = None
     election_task: asyncio.Task[None] | None = None
-    # Set when the operator's clean-up begins: kopf may still hand over a job's event, whose loop
-    # would reconcile with the closed HTTP session.
-    stopping: bool = False
     # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.
