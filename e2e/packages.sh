@@ -3,6 +3,7 @@
 # a machine with only its prerequisites.
 #
 #   need_packages PKG...   apt-get install those of PKG that are not installed
+#   need_command CMD [PKG] install PKG (CMD's name by default) unless CMD is on PATH, however it came
 
 need_packages() {
   local missing=() pkg
@@ -13,3 +14,5 @@ need_packages() {
   printf '[packages %s] apt-get install %s\n' "$(date +%T)" "${missing[*]}" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
+
+need_command() { command -v "$1" >/dev/null || need_packages "${2:-$1}"; }

@@ -75,7 +75,7 @@ make_base() {
     return
   fi
   if [ ! -s "$BASE_TAR" ]; then
-    command -v mmdebstrap >/dev/null || need_packages mmdebstrap
+    need_command mmdebstrap
     log "mmdebstrap bookworm into $BASE_TAR (a minute or two)"
     trap 'rm -f "$BASE_TAR.part"' EXIT
     mmdebstrap "${MMDEBSTRAP_ARGS[@]}" "$BASE_TAR.part" >&2

@@ -22,7 +22,7 @@ mkdir -p "$CACHE/logs" "$CACHE/bin"
 runtime=()
 # CAP_SYS_RESOURCE is capability 24.
 if (( (16#$(awk '/^CapBnd:/ {print $2}' /proc/self/status) >> 24 & 1) == 0 )); then
-  command -v jq >/dev/null || need_packages jq  # the wrapper edits the container's config with it
+  need_command jq  # the wrapper edits the container's config with it
   install -m 0755 "$(dirname "$0")/runc-without-sys-resource" "$CACHE/bin/"
   runtime=(--add-runtime "psoperator-runc=$CACHE/bin/runc-without-sys-resource"
     --default-runtime psoperator-runc)

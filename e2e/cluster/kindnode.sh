@@ -39,7 +39,7 @@ debian_base() {  # NAME PACKAGES: imports the base (made if missing) as $REPO/NA
   tar="$WORK/$name-base-$key.tar" image="$REPO/$name-base:$key"
   if ! docker image inspect "$image" >/dev/null 2>&1; then
     if [ ! -s "$tar" ]; then
-      command -v mmdebstrap >/dev/null || need_packages mmdebstrap
+      need_command mmdebstrap
       log "mmdebstrap $name base ($packages)"
       mmdebstrap --variant=minbase --format=tar --include="$packages" \
         --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
