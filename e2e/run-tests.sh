@@ -54,7 +54,7 @@ pytest_all() {
 }
 
 step "system packages (apt)" system_packages
-step "Python packages (pip)" python_packages
+step "Python packages (uv)" python_packages
 step "lint and types" lint
 step "binaries: control plane, CoreDNS, kube-router, helm, prometheus, kind, kubeadm" e2e/cluster/cluster.sh build
 step "kind node image (mmdebstrap, component images)" e2e/cluster/kindnode.sh
