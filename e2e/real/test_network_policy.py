@@ -7,12 +7,12 @@ e2e/cluster/kind/kube-router.yaml: iptables and ipset on each node), across node
   job's own included;
 - `spec.networkPolicy.enabled: false` on the running job lets the other namespace in; enabled
   again, it is refused again;
-- deleting the job removes its rules and sets from the nodes;
-- the example trains to Succeeded with its policies enforced (its cluster forms over cluster DNS).
+- deleting the job removes its rules and sets from the nodes.
 
-The rules are read where kube-router writes them, through its pods (host network: the node's
-iptables and ipsets). On a cluster whose CNI is not kube-router (kind's stock kindnetd) they are
-unavailable, with the reason.
+The example trains to Succeeded with its policies enforced in test_training.py.
+
+The rules are read where kube-router writes them (e2e/real/enforcers.py). On a cluster whose CNI
+is not kube-router (kind's stock kindnetd) these tests are unavailable, with the reason.
 """
 
 from __future__ import annotations
@@ -27,76 +27,27 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from e2e import psjobs
 from e2e.kubectl import _kubectl, kubectl
-from e2e.real import example
+from e2e.real import enforcers, example
 from e2e.real.conftest import Figures, operator_pod
-from e2e.util import as_json, unavailable, wait_for
+from e2e.real.enforcers import Enforcer
+from e2e.util import unavailable, wait_for
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 
 LONG = 1_000_000  # steps: trains for as long as the test probes
-TRAIN_STEPS = 1_200
-ENFORCER_NS, ENFORCER = "kube-system", "kube-router"
-ENFORCER_PODS = "app.kubernetes.io/name=kube-router"
 # A connection the policies refuse is rejected at once; one they allow is accepted at once.
 CONNECT_TIMEOUT = 3
 Obj = dict[str, Any]
 
 
-class Enforcer:
-    """kube-router's pods, one per node: whether all are ready, and what they wrote on the nodes."""
-
-    def __init__(self, kubeconfig: Path, k8s: client.ApiClient) -> None:
-        self.kubeconfig, self.k8s = kubeconfig, k8s
-
-    def pods(self) -> list[Obj]:
-        listed = client.CoreV1Api(self.k8s).list_namespaced_pod(ENFORCER_NS, label_selector=ENFORCER_PODS)
-        return [as_json(self.k8s, p) for p in listed.items]
-
-    def not_ready(self) -> str:
-        """Why the enforcer is not ready on every node ("" when it is)."""
-        found = client.AppsV1Api(self.k8s).read_namespaced_daemon_set(ENFORCER, ENFORCER_NS)
-        status = as_json(self.k8s, found)["status"]
-        ready, wanted = status.get("numberReady", 0), status.get("desiredNumberScheduled", 0)
-        return "" if ready == wanted > 0 else f"{ready} of {wanted} kube-router pods ready"
-
-    def restarts(self) -> dict[str, int]:
-        return {
-            p["metadata"]["name"]: sum(c["restartCount"] for c in p["status"].get("containerStatuses", []))
-            for p in self.pods()
-        }
-
-    def on_nodes(self, *command: str) -> str:
-        """A command's output from every node, in kube-router's container (it has the tools)."""
-        exec_in = ("exec", "-n", ENFORCER_NS, "-c", ENFORCER)
-        return "\n".join(
-            kubectl(self.kubeconfig, *exec_in, p["metadata"]["name"], "--", *command) for p in self.pods()
-        )
-
-    def rules(self, namespace: str) -> list[str]:
-        """The filter rules kube-router wrote for the namespace's pods and policies (their comments
-        name it: "... namespace: NS" for a pod, "... namespace NS" for a policy)."""
-        named = re.compile(rf'namespace:? {re.escape(namespace)}[" ]')
-        saved = self.on_nodes("iptables-save", "-t", "filter")
-        return [line for line in saved.splitlines() if named.search(line)]
-
-    def sets(self) -> set[str]:
-        return set(self.on_nodes("ipset", "list", "-n").split())
-
-
 @pytest.fixture(scope="module")
 def enforcer(kubeconfig: Path, k8s: client.ApiClient) -> Iterator[Enforcer]:
     """kube-router ready on every node; at the end, none of its pods restarted meanwhile."""
-    found = Enforcer(kubeconfig, k8s)
-    try:
-        found.not_ready()
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    found = enforcers.find(kubeconfig, k8s)
+    if found is None:
         unavailable("this cluster's CNI is not kube-router (kind.sh's node image runs it)")
-    wait_for(lambda: not found.not_ready(), timeout=120, message=found.not_ready)
     before = found.restarts()
     yield found
     assert found.restarts() == before, "kube-router restarted during the tests"
@@ -161,12 +112,6 @@ def _apply(kubeconfig: Path, namespace: str, steps: int) -> tuple[str, int]:
     return str(job["metadata"]["name"]), int(job["spec"]["port"])
 
 
-def _policies_enforced(enforcer: Enforcer, namespace: str, name: str) -> bool:
-    rules = "\n".join(enforcer.rules(namespace))
-    policies = (f"{name}-peers", f"{name}-chief-progress")
-    return all(f"policy name {policy} namespace" in rules for policy in policies)
-
-
 def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_the_rules_go_with_the_job(
     kubeconfig: Path,
     k8s: client.ApiClient,
@@ -191,7 +136,7 @@ def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_th
     operator = Pod(kubeconfig, release, operator_pod(k8s, release)["metadata"]["name"], "operator")
     other = Pod(kubeconfig, *outsider, "probe")
     wait_for(
-        lambda: _policies_enforced(enforcer, namespace, name),
+        lambda: enforcer.enforces(namespace, name),
         timeout=60,
         message="the job's policies on the nodes",
     )
@@ -235,19 +180,3 @@ def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_th
             f"the job's rules and sets gone: {enforcer.rules(namespace)}, {sets & enforcer.sets()}"
         ),
     )
-
-
-@pytest.mark.usefixtures("release")
-def test_the_example_trains_to_succeeded_with_its_policies_enforced(
-    kubeconfig: Path, k8s: client.ApiClient, enforcer: Enforcer, namespace: str, figures: Figures
-) -> None:
-    name, _ = _apply(kubeconfig, namespace, TRAIN_STEPS)
-    wait_for(
-        lambda: _policies_enforced(enforcer, namespace, name),
-        timeout=120,
-        interval=1,
-        message="the job's policies on the node",
-    )
-    done = psjobs.wait_phase(k8s, namespace, name, "Succeeded", timeout=600)
-    assert done.get("step") == TRAIN_STEPS, done
-    figures.record("NetworkPolicy enforced: the example trains", "Succeeded")

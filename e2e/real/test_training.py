@@ -1,6 +1,6 @@
 """The example job trains for real: TensorFlow in pods on real kubelets (kind: the PS and the chief on
-one node, the GPU workers on another), the cluster formed over cluster DNS, checkpoints on a shared
-PersistentVolume, the operator in-cluster under the chart's
+one node, the GPU workers on another), the cluster formed over cluster DNS through its
+NetworkPolicies, checkpoints on a shared PersistentVolume, the operator in-cluster under the chart's
 RBAC. Then the same job broken on purpose, with real signals:
 
 - a parameter server SIGKILLed mid-training: the kubelet restarts it in place, the operator replaces
@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import monitoring, psjobs
 from e2e.kubectl import kubectl
-from e2e.real import example
+from e2e.real import enforcers, example
 from e2e.real.commands import get_from_node, in_node_network, on_node, port_forward
 from e2e.real.conftest import Figures
 from e2e.util import as_json, wait_for
@@ -170,15 +170,23 @@ def job_namespace(namespace: str, release: str) -> str:
     return namespace
 
 
-def test_the_example_trains_to_succeeded_and_the_ttl_deletes_it(
+def test_the_example_trains_to_succeeded_with_its_policies_enforced_and_the_ttl_deletes_it(
     kubeconfig: Path, k8s: client.ApiClient, job_namespace: str, figures: Figures
 ) -> None:
+    """Where kube-router runs (kind.sh's node image), the job's NetworkPolicies are on the nodes
+    while it trains: its cluster forms over cluster DNS through them."""
+    enforcer = enforcers.find(kubeconfig, k8s)
     started = time.monotonic()
     name = apply_example(kubeconfig, job_namespace, ttl=5, steps=LONGER_STEPS)
     psjobs.wait_phase(k8s, job_namespace, name, "Running", timeout=180)
     figures.record("apply → Running", time.monotonic() - started, "s")
     chief, _ = running_chief(k8s, job_namespace, name, min_step=1)
     figures.record("apply → first step", time.monotonic() - started, "s")
+    if enforcer is not None:
+        wait_for(
+            lambda: enforcer.enforces(job_namespace, name), timeout=60, message="the policies on the nodes"
+        )
+    figures.record("the example trains with its NetworkPolicies", "enforced" if enforcer else "no enforcer")
 
     # STEP in `kubectl get psjob` shows a step of the training under way, then a later one.
     def step_column() -> int:
