@@ -750,3 +750,39 @@ def test_a_restarts_new_chief_job_waits_for_the_old_chief_pod_whatever_the_watch
     asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     assert ("POST", "/apis/batch/v1/namespaces/team-a/jobs") not in kube.calls
     assert ("DELETE", "/api/v1/namespaces/team-a/pods/ctr-chief-0x") in kube.calls  # asked to stop
+
+
+@pytest.mark.parametrize("last_read_seconds_ago", [2.0, protocol.DEPARTURE_RECHECK_SECONDS + 1])
+def test_a_new_chief_held_for_an_old_chief_pod_the_watch_never_saw_go_is_made_at_a_fresh_read(
+    monkeypatch: pytest.MonkeyPatch, last_read_seconds_ago: float
+) -> None:
+    """The watch showed the old chief pod stopping, then re-listed (410 Gone, a cut stream: seen in
+    e2e/test_api_faults, a job held in Restarting for its whole 90 s wait) and sent no DELETED for
+    it. The cache alone holds the new chief until the next full read, 10 minutes on; once the wait
+    has lasted DEPARTURE_RECHECK_SECONDS since the last fresh read, the reconcile reads fresh, finds
+    the pod gone and creates the next attempt's chief Job."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = [c for c in _as_created(job) if c["kind"] != "Job"]
+    sets = {c["metadata"]["name"]: c["metadata"]["uid"] for c in children if c["kind"] == "StatefulSet"}
+    stopping = _owned(builders.pod("chief", 0, attempt=0, deleting=True), "Job", "ctr-chief", "old-job-uid")
+    others = [
+        _owned(builders.pod(role, i), "StatefulSet", f"ctr-{role}", sets[f"ctr-{role}"])
+        for role in ("ps", "worker")
+        for i in range(2)
+    ]
+    status = builders.came_up(phase="Restarting", restarts=1, tracking=builders.tracking_of(others))
+    job = builders.with_status(job, **status) | {"metadata": job["metadata"]}
+    kube = PodsKube(job, children, others)  # the API: the old chief pod is gone
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+    for child in children:
+        state.cache.child_seen("ADDED", child)
+    for pod in [stopping, *others]:
+        state.cache.pod_seen("ADDED", pod, parse_pod(pod))
+    state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_seconds_ago
+    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    created = ("POST", "/apis/batch/v1/namespaces/team-a/jobs") in kube.calls
+    assert created == (last_read_seconds_ago > protocol.DEPARTURE_RECHECK_SECONDS), kube.calls

@@ -21,7 +21,8 @@ another writer came first.
          +-- only a status change, written less than STATUS_SPACING_SECONDS ago
          |   --> nothing written; look again when the spacing is over
          |
-         +-- decided from the cache, acts, the job has a status
+         +-- decided from the cache, acts (or has waited DEPARTURE_RECHECK_SECONDS since its
+         |   last fresh read for pods to go), the job has a status
          |   --> read fresh, decide again (with the progress report already read)
          v
        act: write the status once (with the resourceVersion it was computed from)
@@ -68,6 +69,10 @@ UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
 # this often; anything that acts (a restart, a child, an event) or a parameter server's tracking
 # (ReconcilePlan.write_now) writes at once.
 STATUS_SPACING_SECONDS = 5.0
+# A plan that waits for pods to go (ReconcilePlan.awaits_departure) reads fresh at least this often:
+# a watch that re-listed (410 Gone, a cut stream) sends no DELETED for a pod gone meanwhile, and
+# the cache would hold the new chief until the next full read (fresh_read_seconds).
+DEPARTURE_RECHECK_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -209,9 +214,9 @@ def never_acted_on(seen: Snapshot | None) -> bool:
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
-    """Decide from the cache; read fresh and decide again before acting, or when the job's last
-    fresh read is older than `fresh_read_seconds` (or it has none: a new loop), unless the job was
-    never acted on."""
+    """Decide from the cache; read fresh and decide again before acting or when a wait for pods to
+    go outlasts DEPARTURE_RECHECK_SECONDS, or when the job's last fresh read is older than
+    `fresh_read_seconds` (or it has none: a new loop), unless the job was never acted on."""
     started = time.monotonic()
     key = (namespace, name)
     job_state = state.job(key, logger)
@@ -225,12 +230,14 @@ async def reconcile_once(
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await decide(state, job_state, seen, fresh)
+    waited = started - last_read >= DEPARTURE_RECHECK_SECONDS
+    recheck = not fresh and not new and decision.plan.awaits_departure and waited
     since_write = started - state.cache.written_at.get(key, -math.inf)
-    if decision.quiet and since_write < STATUS_SPACING_SECONDS:
+    if decision.quiet and since_write < STATUS_SPACING_SECONDS and not recheck:
         wait = STATUS_SPACING_SECONDS - since_write
         requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
         return replace(decision.plan, requeue_after=requeue)
-    if not fresh and not new and not decision.quiet:
+    if recheck or (not fresh and not new and not decision.quiet):
         seen = await read_fresh(state, key)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None

@@ -7,7 +7,8 @@ child, delete a pod, restart the chief, emit an event) reads the job and its chi
 API and decides again (control/protocol.py): the watch may lag the API server by a few events,
 and the restart counter must be read where it was last written, or a restart could be made twice.
 A fresh read also adds what the watch has not delivered yet and drops what vanished unseen (a watch
-that restarted after its history was compacted sends no DELETED for objects gone meanwhile).
+that restarted after its history was compacted sends no DELETED for objects gone meanwhile), which
+is why a reconcile waiting for pods to go reads fresh now and then too.
 """
 
 from __future__ import annotations

@@ -73,6 +73,10 @@ class Actions:
     # A chief pod of an older attempt still runs: the current attempt's Job is not created yet, so
     # two coordinators never write the same checkpoints.
     hold_chief: bool = False
+    # The plan waits for pods to go (a former chief, a recycled or draining PS). A watch that
+    # re-listed sends no DELETED for a pod gone meanwhile, so the reconcile checks the wait against
+    # a fresh read now and then (control/protocol.py) instead of trusting the watch alone.
+    awaits_departure: bool = False
     delete_pods: list[PodDeletion] = field(default_factory=list)
     # A parameter server's tracking changed: the status is written at once, not spaced with the
     # other status-only changes, so that a PS that fails right after it appeared is judged against it.

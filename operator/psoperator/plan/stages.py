@@ -426,6 +426,7 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
     asked = [p for p in former if not (p.deleting or p.node_lost)]
     d.delete_pods += [PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS) for p in asked]
     if former:
+        d.awaits_departure = True
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
     return GO_ON
 
@@ -450,7 +451,7 @@ def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
     # A PS still stopping (recycled, or scaled away by a suspension: it serves out its drain) keeps
     # its name's address: a new chief would connect to it, and fail when it exits.
     if recycling or any(p.deleting and not p.node_lost for p in d.observed.role_pods(Role.PS)):
-        d.hold_chief = True
+        d.hold_chief = d.awaits_departure = True
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
     # Nor before their replacements run (ps_recycle.py); the pods' watch brings that.
     if d.status.restarts and ps_recycle.not_running(spec.ps.replicas, d.observed):
