@@ -106,7 +106,9 @@ case "${1:-}" in
     shift
     log "loading images: $*"
     workers=$(kind get nodes --name "$NAME" | grep -v -- -control-plane | paste -sd, -)
-    kind load docker-image --name "$NAME" --nodes "$workers" "$@" >&2
+    # One image at a time: kind sends every image it is given to a node that lacks any of them
+    # (the test run's third image re-sent the demo's two, 1.6 GB each).
+    for image in "$@"; do kind load docker-image --name "$NAME" --nodes "$workers" "$image" >&2; done
     ;;
   down) kind delete cluster --name "$NAME" >&2; rm -f "$KUBECONFIG_PATH" ;;
   *) echo "usage: $0 up | load IMAGE... | down" >&2; exit 2 ;;
