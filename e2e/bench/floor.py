@@ -5,9 +5,11 @@ operator, the moment it sees what the operator would act on.
 - Recovering from a PS failure (`Recovery`): the operator's requests of a coordinated restart,
   nothing more. The old chief Job is deleted (background propagation), the old chief pod with the
   operator's grace for it, and every other PS pod with a recycled PS's grace. Once those pods are
-  gone, the next attempt's chief Job is created. The failed PS is the StatefulSet controller's to
-  replace, as it is for the operator. What is left between a PS failure and the new chief pod is
-  KWOK and the controllers: the part of a recovery no operator can make shorter.
+  gone and a new pod of every PS runs (the operator's new chief waits for that too: a PS's name
+  resolves only once it runs, policies/ps_recycle.py), the next attempt's chief Job is created.
+  The PS pods are the StatefulSet controller's to replace, as they are for the operator. What is
+  left between a PS failure and the new chief pod is KWOK and the controllers: the part of a
+  recovery no operator can make shorter.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Recovery:
         self.api, self.namespace, self.pods, self.failed_ps = api, namespace, pods, failed_ps
         self.kube = Kube(api)
         self._stopping: dict[str, set[str]] = {}  # job -> uids of the pods its new chief waits for
+        self._old_ps: dict[str, dict[str, str]] = {}  # job -> its PS pods at the failure, uid -> name
         self._started: set[str] = set()
         self._pool = ThreadPoolExecutor(WORKERS)
         self._stopped = threading.Event()
@@ -75,9 +78,11 @@ class Recovery:
         while not self._stopped.wait(POLL_SECONDS):
             for job in set(self.pods.ps_failed_at) - set(self._stopping):
                 self._stopping[job] = self._live(job, self.failed_ps(job))
+                self._old_ps[job] = self._ps_pods(job)
                 self._pool.submit(self._stop_old, job)
             for job, uids in self._stopping.items():
-                if job not in self._started and uids <= self.pods.deleted_at.keys():
+                gone = uids <= self.pods.deleted_at.keys()
+                if job not in self._started and gone and self._ps_running_again(job):
                     self._started.add(job)
                     self._pool.submit(self._start_new, job)
 
@@ -90,6 +95,23 @@ class Recovery:
             and uid not in self.pods.deleted_at
             and (role == "chief" or (role == "ps" and name != failed))
         }
+
+    def _ps_pods(self, job: str) -> dict[str, str]:
+        return {
+            uid: name
+            for uid, (owner, role, name) in list(self.pods.seen.items())
+            if (owner, role) == (job, "ps")
+        }
+
+    def _ps_running_again(self, job: str) -> bool:
+        """A pod of every PS of `job` runs that is not one of the failure's time."""
+        old = self._old_ps[job]
+        running = {
+            name
+            for uid, name in self._ps_pods(job).items()
+            if uid not in old and uid in self.pods.running_at and uid not in self.pods.deleted_at
+        }
+        return set(old.values()) <= running
 
     def _stop_old(self, job: str) -> None:
         batch, core = client.BatchV1Api(self.api), client.CoreV1Api(self.api)
