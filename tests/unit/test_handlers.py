@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -704,6 +704,29 @@ def _owned(pod: Any, kind: str, name: str, uid: str) -> Any:
     return pod | {"metadata": {**pod["metadata"], "namespace": "team-a", "ownerReferences": owners}}
 
 
+@dataclass
+class Restarted:
+    """A job just restarted (attempt 1): its children but a chief Job, its PS and worker pods."""
+
+    job: Any
+    children: list[Any]
+    others: list[Any]
+
+
+def _restarted_job() -> Restarted:
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = [c for c in _as_created(job) if c["kind"] != "Job"]
+    sets = {c["metadata"]["name"]: c["metadata"]["uid"] for c in children if c["kind"] == "StatefulSet"}
+    others = [
+        _owned(builders.pod(role, i), "StatefulSet", f"ctr-{role}", sets[f"ctr-{role}"])
+        for role in ("ps", "worker")
+        for i in range(2)
+    ]
+    status = builders.came_up(phase="Restarting", restarts=1, tracking=builders.tracking_of(others))
+    return Restarted(builders.with_status(job, **status) | {"metadata": job["metadata"]}, children, others)
+
+
 @pytest.mark.parametrize(
     "cache_shows",
     ["the old chief Job", "no chief Job and no chief pod", "no PS StatefulSet", "nothing but the job"],
@@ -719,18 +742,9 @@ def test_a_restarts_new_chief_job_waits_for_the_old_chief_pod_whatever_the_watch
     reverted read the job, its chief Jobs and its pods fresh too, and passes this as well.)"""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
     monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
-    job = builders.with_status(builders.job(), phase="Pending")
-    job["metadata"]["resourceVersion"] = "7"
-    children = [c for c in _as_created(job) if c["kind"] != "Job"]
-    sets = {c["metadata"]["name"]: c["metadata"]["uid"] for c in children if c["kind"] == "StatefulSet"}
+    restarted = _restarted_job()
+    job, children, others = restarted.job, restarted.children, restarted.others
     old_chief = _owned(builders.pod("chief", 0, attempt=0), "Job", "ctr-chief", "old-job-uid")
-    others = [
-        _owned(builders.pod(role, i), "StatefulSet", f"ctr-{role}", sets[f"ctr-{role}"])
-        for role in ("ps", "worker")
-        for i in range(2)
-    ]
-    status = builders.came_up(phase="Restarting", restarts=1, tracking=builders.tracking_of(others))
-    job = builders.with_status(job, **status) | {"metadata": job["metadata"]}
     kube = PodsKube(job, children, [old_chief, *others])
     state = OperatorState(kube, Metrics())
     state.cache.job_seen("team-a", "ctr", job)
@@ -763,18 +777,9 @@ def test_a_new_chief_held_for_an_old_chief_pod_the_watch_never_saw_go_is_made_at
     the pod gone and creates the next attempt's chief Job."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
     monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
-    job = builders.with_status(builders.job(), phase="Pending")
-    job["metadata"]["resourceVersion"] = "7"
-    children = [c for c in _as_created(job) if c["kind"] != "Job"]
-    sets = {c["metadata"]["name"]: c["metadata"]["uid"] for c in children if c["kind"] == "StatefulSet"}
+    restarted = _restarted_job()
+    job, children, others = restarted.job, restarted.children, restarted.others
     stopping = _owned(builders.pod("chief", 0, attempt=0, deleting=True), "Job", "ctr-chief", "old-job-uid")
-    others = [
-        _owned(builders.pod(role, i), "StatefulSet", f"ctr-{role}", sets[f"ctr-{role}"])
-        for role in ("ps", "worker")
-        for i in range(2)
-    ]
-    status = builders.came_up(phase="Restarting", restarts=1, tracking=builders.tracking_of(others))
-    job = builders.with_status(job, **status) | {"metadata": job["metadata"]}
     kube = PodsKube(job, children, others)  # the API: the old chief pod is gone
     state = OperatorState(kube, Metrics())
     state.cache.job_seen("team-a", "ctr", job)
