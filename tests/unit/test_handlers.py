@@ -34,7 +34,7 @@ from psoperator.metrics.readings import JobReading
 from psoperator.metrics.registry import Metrics
 from psoperator.observe.cache import Snapshot
 from psoperator.observe.views import parse_pod, slim_child
-from psoperator.plan.children import ChildVerb
+from psoperator.plan.children import ChildChange, ChildVerb
 from psoperator.plan.draft import PodDeletion
 from psoperator.plan.stages import ReconcilePlan
 from psoperator.render import RenderOptions, render_children
@@ -552,6 +552,22 @@ def test_a_restarts_pod_deletions_go_out_at_once() -> None:
     assert sorted(path for _, path in kube.calls) == [
         f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")
     ]
+
+
+def test_a_statefulsets_new_template_is_in_place_before_its_pods_are_deleted() -> None:
+    """A resize patches the PS StatefulSet (OnDelete) and restarts its pods: a pod deleted before
+    the patch is made again by the StatefulSet controller from the old template."""
+    kube = RecordingKube()
+    state = OperatorState(kube, Metrics())
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    ps = next(c for c in render_children(job) if c["kind"] == "StatefulSet")
+    plan = ReconcilePlan(status={}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)])
+    decision = protocol.Decision(plan, None, [ChildChange(ps, ChildVerb.PATCH)], [], datetime.now(UTC))
+    log = logging.getLogger("test")
+    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
+    paths = [path for _, path in kube.calls]
+    patched = paths.index("/apis/apps/v1/namespaces/team-a/statefulsets/ctr-ps")
+    assert patched < paths.index("/api/v1/namespaces/team-a/pods/ctr-ps-0")
 
 
 def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is_read_fresh() -> None:

@@ -26,8 +26,8 @@ another writer came first.
          |   --> read fresh, decide again (with the progress report already read)
          v
        act: write the status once (with the resourceVersion it was computed from)
-            -> post the plan's events -> delete pods (all at once) -> change children
-               (a stopping job: its children first, so no deleted pod is made again)
+            -> post the plan's events -> change children -> delete pods (all at once)
+               (a StatefulSet scaled down or given a new template first: no pod made again as it was)
 
 A job gone or being deleted ends the reconcile with None: its loop forgets it.
 """
@@ -282,17 +282,14 @@ async def act(
         )
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return
-    # A stopping job's StatefulSets are scaled down first: a PS deleted before would be made again.
-    stopping = plan.render is not None and plan.render.suspended
-    if not stopping:
-        await delete_pods(state, namespace, plan)
+    # The children first: a StatefulSet's scale-down (a stop) or new template (a resize; OnDelete)
+    # is in place before its pods go, or its controller makes them again as they were.
     if decision.changes or decision.conflicts:
         result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
         tell_unmade(job_state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
-    if stopping:
-        await delete_pods(state, namespace, plan)
+    await delete_pods(state, namespace, plan)
 
 
 async def delete_pods(state: OperatorState, namespace: str, plan: ReconcilePlan) -> None:
