@@ -119,6 +119,36 @@ def test_a_late_deletion_of_an_old_pod_does_not_remove_the_new_pod_of_its_name()
     assert cache.snapshot(key) == replace(snapshot, pods=[])
 
 
+def test_a_deletion_seen_while_a_fresh_read_is_under_way_is_not_undone_by_it() -> None:
+    """A child deleted by hand while a read was under way (the TF_CONFIG ConfigMap of a job with 400
+    pods, on a loaded machine): the list still had it, its DELETED came before the read ended.
+    Brought back by the read, it stayed in the cache with no event to remove it, and was not made
+    again."""
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    children = render_children(job())
+    for child in children:
+        child["metadata"]["uid"] = f"{child['kind']}-{child['metadata']['name']}-uid"
+        cache.child_seen("ADDED", child)
+    pod = _pod("ctr-chief-x")
+    _seen(cache, "ADDED", pod)
+    started = time.monotonic()
+    [service] = [c for c in children if c["metadata"]["name"] == "ctr-ps" and c["kind"] == "Service"]
+    cache.child_seen("DELETED", service)
+    _seen(cache, "DELETED", pod)
+    cache.read_fresh(key, _job(1, 2), children, [parse_pod(pod)], started)
+    snapshot = cache.snapshot(key)
+    assert snapshot is not None and not snapshot.pods
+    kept = {(c["kind"], c["metadata"]["name"]) for c in snapshot.children}
+    assert len(kept) == len(children) - 1 and ("Service", "ctr-ps") not in kept
+    # The next read begins after the deletion: what it lists is the API server's word again.
+    service["metadata"]["uid"] = "the-new-service-uid"
+    cache.read_fresh(key, _job(1, 3), children, [], time.monotonic())
+    snapshot = cache.snapshot(key)
+    assert snapshot is not None and len(snapshot.children) == len(children)
+
+
 def test_the_job_is_kept_without_its_managed_fields() -> None:
     cache = WatchCache()
     body = _job(1, 3, phase="Running")

@@ -52,6 +52,9 @@ class WatchCache:
     pods: dict[JobKey, dict[str, _Entry]] = field(default_factory=lambda: defaultdict(dict))
     read_at: dict[JobKey, float] = field(default_factory=dict)  # the last fresh read of each job
     written_at: dict[JobKey, float] = field(default_factory=dict)  # the operator's last status write
+    # The uids of the objects whose DELETED the watch delivered since the job's last fresh read: a
+    # read under way then may still list them, and must not bring them back.
+    gone: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
 
     def job_seen(self, namespace: str, name: str, body: Obj) -> bool:
         """Keep the newer version of the job; True when it asks for a reconcile: new, a changed
@@ -85,6 +88,8 @@ class WatchCache:
             return None
         owner = (meta["namespace"], job)
         if event == "DELETED":
+            if kept.uid:
+                self.gone[owner].add(kept.uid)
             # Only the object it names: a fresh read may have stored its successor of the same name
             # before the watch delivered this (a late DELETED of the old ctr-ps-0).
             if store[owner].get(key, kept).uid == kept.uid:
@@ -96,7 +101,7 @@ class WatchCache:
         return owner
 
     def forget(self, key: JobKey) -> None:
-        for store in (self.jobs, self.children, self.pods, self.read_at, self.written_at):
+        for store in (self.jobs, self.children, self.pods, self.read_at, self.written_at, self.gone):
             store.pop(key, None)
 
     def snapshot(self, key: JobKey) -> Snapshot | None:
@@ -111,25 +116,36 @@ class WatchCache:
     ) -> None:
         """A fresh read of the job (begun at `started`; its pods parsed already): add what the watch
         has not shown yet, drop what it last showed before the read began and the read no longer
-        found."""
+        found, and leave out what the watch saw deleted meanwhile. A later read begins after every
+        deletion seen so far, so none of them is kept for it."""
         self.job_seen(*key, job)
         self.read_at[key] = started
+        gone = self.gone.pop(key, set())
         slim = {
             (str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c), _uid(c)) for c in children
         }
-        self._merge(self.children, key, slim, started)
-        self._merge(self.pods, key, {p.name: _Entry(p, started, p.version, p.uid) for p in pods}, started)
+        self._merge(self.children, key, slim, started, gone)
+        pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
+        self._merge(self.pods, key, pods_listed, started, gone)
 
     @staticmethod
     def _merge(
-        store: dict[JobKey, dict[Any, _Entry]], key: JobKey, listed: dict[Any, _Entry], started: float
+        store: dict[JobKey, dict[Any, _Entry]],
+        key: JobKey,
+        listed: dict[Any, _Entry],
+        started: float,
+        gone: set[str],
     ) -> None:
         entries = store[key]
         for name in [n for n, e in entries.items() if n not in listed and e.seen < started]:
             del entries[name]
         for name, entry in listed.items():
+            if entry.uid in gone:
+                continue
             if name not in entries or entry.version > entries[name].version:
                 entries[name] = entry
+        if not entries:
+            del store[key]
 
 
 def _name(obj: Obj) -> str:
