@@ -43,14 +43,34 @@ lint() {
     examples/plain-tf/Dockerfile e2e/cluster/kind/node.Dockerfile e2e/cluster/kind/component.Dockerfile
 }
 
-pytest_all() {
+run_pytest() {  # ARGS...: pytest, failing on failures and on "no tests ran"
   local status=0
   python -m pytest --durations=20 "$@" || status=$?
   if [ "$status" -eq 5 ]; then
-    echo "pytest collected no tests: that is a failure" >&2
+    echo "pytest $*: collected no tests: that is a failure" >&2
     return 1
   fi
   return "$status"
+}
+
+# With arguments, one pytest of them. Without, two at once, each with its own cluster: e2e/real on
+# kind (it mostly waits: on TensorFlow pods, kubelets and kind's controllers) beside the rest
+# (tests/unit, e2e on the local control plane's KWOK nodes, tests/trainer). e2e/real's output is
+# printed when it ends, and is in its log meanwhile.
+pytest_all() {
+  [ $# -gt 0 ] && { run_pytest "$@"; return; }
+  local dir="${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}/real" pid real=0 rest=0
+  local log="$dir/logs/pytest.log"
+  mkdir -p "$dir/logs"
+  echo "e2e/real runs beside the other tests; its output: $log" >&2
+  # Its own base for tmp_path: each pytest removes old ones of its base.
+  run_pytest --basetemp="$dir/pytest" e2e/real >"$log" 2>&1 &
+  pid=$!
+  run_pytest --ignore=e2e/real || rest=$?
+  wait "$pid" || real=$?
+  printf '\n=== e2e/real (exit %d)\n' "$real" >&2
+  cat "$log"
+  [ "$real" -eq 0 ] && [ "$rest" -eq 0 ]
 }
 
 step "system packages (apt)" system_packages
