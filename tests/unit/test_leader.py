@@ -170,3 +170,32 @@ def test_release_frees_the_lease_for_an_immediate_takeover() -> None:
 
     asyncio.run(scenario())
     assert events == ["a leads", "b leads"]
+
+
+class RenewInFlight(FakeLeases):
+    """A clean stop while a renew's request is on its way: the stop cancels the election task, not
+    the request its thread sent, which lands between the release's read and its write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late_renews = 1
+
+    def write_lease(self, body: Obj) -> bool:
+        if body["spec"]["holderIdentity"] == "" and self.late_renews:
+            self.late_renews -= 1
+            super().write_lease(lease_body("psop", "ops", "a", 8, NOW, LeaseRecord.parse(self.stored)))
+        return super().write_lease(body)
+
+
+def test_release_frees_the_lease_even_when_a_renew_in_flight_lands_between_its_read_and_write() -> None:
+    leases, events = RenewInFlight(), list[str]()
+    a, b = elector(leases, events, "a"), elector(leases, events, "b")
+
+    async def scenario() -> None:
+        await a.step(0.0)
+        await b.step(0.1)
+        await a.release()  # its first write is refused (409): the Lease moved
+        await b.step(0.2)
+
+    asyncio.run(scenario())
+    assert leases.late_renews == 0 and events == ["a leads", "b leads"]

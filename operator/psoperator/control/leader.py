@@ -119,6 +119,10 @@ class Election:
         return self.duration * 2 / 3
 
 
+# A release refused because the Lease changed: at most the one renew in flight, and a margin.
+RELEASE_TRIES = 3
+
+
 class Elector:
     """Holds the Lease while it can: `lead` runs when this replica starts holding it, `follow` when
     it stops (another holds it, or it could not renew within the renew deadline)."""
@@ -193,15 +197,19 @@ class Elector:
         await (self.lead() if leading else self.follow())
 
     async def release(self) -> None:
-        """On a clean stop: free the Lease, so that another replica takes over at once."""
+        """On a clean stop: free the Lease, so that another replica takes over at once. A renew of
+        this replica's own may land between the read and the write (the stop cancelled the election
+        task, not the request its thread had sent): the refused write is tried again."""
         if not self.leading:
             return
         e = self.election
-        record = LeaseRecord.parse(await in_thread(self.kube.get_lease, e.namespace, e.name))
-        if record is not None and record.holder == self.me:
-            await in_thread(
-                self.kube.write_lease, lease_body(e.name, e.namespace, "", 1, datetime.now(UTC), record)
-            )
+        for _ in range(RELEASE_TRIES):
+            record = LeaseRecord.parse(await in_thread(self.kube.get_lease, e.namespace, e.name))
+            if record is None or record.holder != self.me:
+                return
+            body = lease_body(e.name, e.namespace, "", 1, datetime.now(UTC), record)
+            if await in_thread(self.kube.write_lease, body):
+                return
 
     def _tell_failing(self, error: object) -> None:
         if not self.failing:  # once per outage, not at every retry
