@@ -1,7 +1,15 @@
 """The chaos run (issue 12): many small jobs, each driven through a scenario by its own thread, while
 the active one of two operator replicas is SIGKILLed and restarted and kube-apiserver restarts; a
-sampler watches for two chiefs of one job at once and for chief Jobs made twice, and records the
-memory of every operator process and who holds the replicas' Lease.
+sampler watches for two chiefs of one job at once (of two attempts, or of two Jobs), for chief Jobs
+made twice and for twin pods of one chief Job, and records the memory of every operator process and
+who holds the replicas' Lease.
+
+Twin pods of one chief Job are the Job controller's, not the operator's: when kube-apiserver
+restarts while the controller creates the pod (generateName), the response can be lost after the
+pod was stored; the controller creates another, then deletes the one too many once it sees both
+(seen in kube-controller-manager's log as FailedCreate "connection reset by peer", then two pods
+of the Job started by KWOK at the same instant). The operator never makes a chief Job while another
+chief runs; it cannot make the Job controller's creates idempotent.
 
 Every scenario starts the same way (created, Running with its parameter servers established) and
 ends in a terminal state the scenario knows in advance, with a known number of restarts:
@@ -312,7 +320,7 @@ def orphans(api: client.ApiClient, ns: str) -> list[str]:
 class Sampler:
     """Every `interval` seconds: the resident memory of each operator process `processes()` names,
     the replicas' Lease as `lease()` reads it (its handovers; none without leader election), the
-    chief pods Running per job and the chief Jobs per attempt."""
+    chief pods Running per job (by who made them) and the chief Jobs per attempt."""
 
     api: client.ApiClient
     namespace: str
@@ -321,6 +329,11 @@ class Sampler:
     interval: float = 0.5
     handovers: Handovers = field(default_factory=Handovers)
     two_chiefs: list[str] = field(default_factory=list)
+    # Two Running pods of one chief Job (job, attempt, the Job's uid) -> when seen: the Job
+    # controller's own, when the response to its create is lost to an API server restart.
+    twins: dict[tuple[str, str, str], list[float]] = field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
     chief_jobs: dict[tuple[str, str], set[str]] = field(default_factory=lambda: collections.defaultdict(set))
     rss: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     samples: int = 0
@@ -338,8 +351,14 @@ class Sampler:
         running = collections.defaultdict(list)
         for pod in map(self._json, pods.items):
             if pod["status"].get("phase") == "Running":
-                running[pod["metadata"]["labels"][psjobs.LABEL_JOB]].append(pod["metadata"]["name"])
-        self.two_chiefs += [f"{job}: {names}" for job, names in running.items() if len(names) > 1]
+                running[pod["metadata"]["labels"][psjobs.LABEL_JOB]].append(pod)
+        for job, chiefs in running.items():
+            makers = {_maker(pod) for pod in chiefs}
+            if len(makers) > 1:
+                self.two_chiefs.append(f"{job}: {[_described(pod) for pod in chiefs]}")
+            elif len(chiefs) > 1:
+                ((attempt, owner),) = makers
+                self.twins[(job, attempt, owner)].append(time.monotonic())
         jobs = client.BatchV1Api(self.api).list_namespaced_job(self.namespace, label_selector=selector)
         for meta in (self._json(j)["metadata"] for j in jobs.items):
             labels = meta["labels"]
@@ -369,9 +388,28 @@ class Sampler:
             if len(u) > (2 if job in suspended and attempt == "0" else 1)
         ]
 
+    def twins_seconds(self) -> dict[str, float]:
+        """How long each chief Job's twin pods were seen Running together (first to last sample)."""
+        return {f"{job} attempt {attempt}": max(t) - min(t) for (job, attempt, _), t in self.twins.items()}
+
     def peaks_mib(self) -> list[float]:
         """The highest resident memory of each operator process."""
         return [max(series) for series in self.rss.values()]
+
+
+def _maker(pod: Obj) -> tuple[str, str]:
+    """Who made a chief pod: its attempt and the uid of the Job that controls it."""
+    meta = pod["metadata"]
+    owner = next((r["uid"] for r in meta.get("ownerReferences") or [] if r.get("controller")), "")
+    return str(meta["labels"].get(psjobs.LABEL_ATTEMPT)), str(owner)
+
+
+def _described(pod: Obj) -> str:
+    """A chief pod as the two-chief check reports it: enough to tell which attempt made it and when."""
+    meta = pod["metadata"]
+    deleting = f", deleting since {meta['deletionTimestamp']}" if meta.get("deletionTimestamp") else ""
+    attempt = meta["labels"].get(psjobs.LABEL_ATTEMPT)
+    return f"{meta['name']} (attempt {attempt}, created {meta.get('creationTimestamp')}{deleting})"
 
 
 def injected(outcomes: list[Outcome]) -> dict[str, int]:
