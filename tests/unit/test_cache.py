@@ -101,6 +101,32 @@ def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_
     assert cache.read_at[key] == started
 
 
+def test_a_fresh_read_returns_the_pods_it_found_gone_as_the_watch_last_showed_them() -> None:
+    """Gone (or replaced under its name) while the watch has not said how: its last watched state
+    is what the reconcile will go by if the watch stays silent (control/protocol.py observe)."""
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    marked = _pod("ctr-ps-0", version=5)
+    marked["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "Preemption"}]
+    _seen(cache, "MODIFIED", marked)
+    _seen(cache, "ADDED", _pod("ctr-ps-1", version=6))
+    _seen(cache, "ADDED", _pod("ctr-worker-0", version=7))
+    started = time.monotonic()
+    _seen(cache, "ADDED", _pod("after-the-read-began"))
+    replaced = _pod("ctr-ps-1", "Pending", 9)
+    replaced["metadata"]["uid"] = "ctr-ps-1-new-uid"
+    listed = [parse_pod(replaced), parse_pod(_pod("ctr-worker-0", version=7))]
+    dropped = cache.read_fresh(key, _job(1, 2), [], listed, started)
+    assert {(p.name, p.uid, p.disruption) for p in dropped} == {
+        ("ctr-ps-0", "ctr-ps-0-uid", "Preemption"),
+        ("ctr-ps-1", "ctr-ps-1-uid", None),
+    }
+    assert cache.read_fresh(key, _job(1, 3), [], listed, time.monotonic()) == [
+        parse_pod(_pod("after-the-read-began"))
+    ]
+
+
 def test_a_late_deletion_of_an_old_pod_does_not_remove_the_new_pod_of_its_name() -> None:
     """The StatefulSet replaced ctr-ps-0; a fresh read stored the new one before the watch delivered
     the old one's DELETED. The next reconcile from the cache must still see the PS."""

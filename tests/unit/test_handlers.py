@@ -807,3 +807,44 @@ def test_a_new_chief_held_for_an_old_chief_pod_the_watch_never_saw_go_is_made_at
     asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     created = ("POST", "/apis/batch/v1/namespaces/team-a/jobs") in kube.calls
     assert created == (last_read_seconds_ago > protocol.DEPARTURE_RECHECK_SECONDS), kube.calls
+
+
+def test_a_ps_the_watch_showed_marked_for_preemption_and_a_read_found_gone_counts_as_preempted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """e2e/test_recovery's preempted PS beside e2e/real's load (lastFailure "Deleted", once): the
+    watch delivered the PS's DisruptionTarget, the reconcile it woke read fresh before acting and
+    found the PS gone (KWOK removes a deleted pod at once), and the watch lagged on its deletion
+    past the wait. Its last watched state tells how it ended."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = _as_created(job)
+    uids = {(c["kind"], c["metadata"]["name"]): c["metadata"]["uid"] for c in children}
+    chief = _owned(builders.pod("chief", 0, attempt=0), "Job", "ctr-chief", uids[("Job", "ctr-chief")])
+    pods = [chief] + [
+        _owned(builders.pod(role, i), "StatefulSet", f"ctr-{role}", uids[("StatefulSet", f"ctr-{role}")])
+        for role in ("ps", "worker")
+        for i in range(2)
+    ]
+    status = builders.came_up(phase="Running", startTime="x", tracking=builders.tracking_of(pods))
+    job = builders.with_status(job, **status) | {"metadata": job["metadata"]}
+    marked = _owned(
+        builders.pod("ps", 0, disruption="PreemptionByScheduler"),
+        "StatefulSet",
+        "ctr-ps",
+        uids[("StatefulSet", "ctr-ps")],
+    )
+    kube = PodsKube(job, children, [p for p in pods if p["metadata"]["name"] != "ctr-ps-0"])  # gone
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+    for child in children:
+        state.cache.child_seen("ADDED", child)
+    for pod in [marked if p["metadata"]["name"] == "ctr-ps-0" else p for p in pods]:
+        state.cache.pod_seen("ADDED", pod, parse_pod(pod))
+    state.cache.read_at[("team-a", "ctr")] = time.monotonic() - 1  # read fresh lately: the cache decides
+    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    status = kube.job["status"]
+    assert (status["restarts"], status["countedRestarts"]) == (1, 0)
+    assert status["lastFailure"]["reason"] == "Preempted", status["lastFailure"]

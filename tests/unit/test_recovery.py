@@ -488,3 +488,17 @@ def test_a_failure_carries_when_it_happened_as_the_api_tells_it() -> None:
     ]
     asked = format_time(NOW - timedelta(seconds=30))
     assert times == ["2026-11-29T11:59:58Z", "2026-11-29T11:59:58Z", "2026-11-29T11:59:57Z", asked]
+
+
+def test_a_ps_marked_as_a_disruption_target_and_gone_before_the_watch_showed_more_was_disrupted() -> None:
+    """Preempted: the watch showed its DisruptionTarget, the next read found it gone (or already
+    replaced) and the watch lagged on how it ended; that last state says it, not "Deleted"."""
+    marked = parse_pod(pod("ps", 0, disruption="PreemptionByScheduler"))
+    entry = tracked(parse_pod(pod("ps", 0)))
+    replacement = parse_pod(pod("ps", 0, uid="ctr-ps-0-new-uid", phase="Pending"))
+    for now_there in (None, replacement):
+        failure = classify_pod_failure(entry, now_there, {marked.uid: marked})
+        assert failure is not None and (failure.reason, failure.disruption) == ("Preempted", True)
+    healthy = parse_pod(pod("ps", 0))  # last seen running: how it ended is not known
+    failure = classify_pod_failure(entry, replacement, {healthy.uid: healthy})
+    assert failure is not None and failure.reason == "Replaced"

@@ -106,7 +106,7 @@ async def read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
         in_thread(state.kube.list_pods, *key, parse_pod),
     )
     children = [child for kind in listed for child in kind]
-    state.cache.read_fresh(key, job, children, pods, started)
+    state.remember_vanished(state.cache.read_fresh(key, job, children, pods, started))
     return Snapshot(job, children, pods)
 
 
@@ -134,6 +134,11 @@ async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed
             await in_thread(state.kube.list_pods, *key, parse_pod) if fresh or cached is None else cached.pods
         )
         observed = of(pods)
+    # Still not told: the last state the watch showed before the pod vanished (a DisruptionTarget
+    # the watch delivered before a lagging deletion says it was preempted, not merely deleted).
+    lost = unexplained(tracking, observed.pods, observed.departed)
+    vanished = {uid: state.vanished[uid] for uid in lost if uid in state.vanished}
+    observed = replace(observed, departed={**observed.departed, **vanished})
     observed = replace(observed, kueue=await kueue.kueue_view(state, job, observed))
     return with_nodes(state, observed)
 

@@ -97,6 +97,9 @@ class OperatorState:
     nodes: Mapping[str, Any] | None = None
     # Last state of pods that ended, as the watch showed it (uid -> view), newest last.
     departed: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
+    # Last state the watch showed of pods a fresh read found gone before the watch said how they
+    # ended (uid -> view): what a reconcile goes by once it has waited for the watch (observe).
+    vanished: OrderedDict[str, PodView] = field(default_factory=OrderedDict)
     # Whether Kueue's Workload API is served (control/kueue.py), and when that was last asked.
     kueue_served: bool = False
     kueue_checked_at: float = -math.inf
@@ -128,7 +131,16 @@ class OperatorState:
         self.metrics.jobs_managed.set(len(self.looping()))
 
     def remember_departed(self, view: PodView) -> None:
-        self.departed[view.uid] = view
-        self.departed.move_to_end(view.uid)
-        while len(self.departed) > DEPARTED_LIMIT:
-            self.departed.popitem(last=False)
+        _remember(self.departed, view)
+
+    def remember_vanished(self, views: list[PodView]) -> None:
+        for view in views:
+            _remember(self.vanished, view)
+
+
+def _remember(store: OrderedDict[str, PodView], view: PodView) -> None:
+    """Keep the view under its uid, newest last, at most DEPARTED_LIMIT of them."""
+    store[view.uid] = view
+    store.move_to_end(view.uid)
+    while len(store) > DEPARTED_LIMIT:
+        store.popitem(last=False)

@@ -113,11 +113,12 @@ class WatchCache:
 
     def read_fresh(
         self, key: JobKey, job: Obj, children: list[Obj], pods: list[PodView], started: float
-    ) -> None:
+    ) -> list[PodView]:
         """A fresh read of the job (begun at `started`; its pods parsed already): add what the watch
         has not shown yet, drop what it last showed before the read began and the read no longer
         found, and leave out what the watch saw deleted meanwhile. A later read begins after every
-        deletion seen so far, so none of them is kept for it."""
+        deletion seen so far, so none of them is kept for it. Returns the pods it dropped or found
+        replaced, as the watch last showed them: gone, and the watch has not said how yet."""
         self.job_seen(*key, job)
         self.read_at[key] = started
         gone = self.gone.pop(key, set())
@@ -126,7 +127,7 @@ class WatchCache:
         }
         self._merge(self.children, key, slim, started, gone)
         pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
-        self._merge(self.pods, key, pods_listed, started, gone)
+        return [entry.obj for entry in self._merge(self.pods, key, pods_listed, started, gone)]
 
     @staticmethod
     def _merge(
@@ -135,17 +136,21 @@ class WatchCache:
         listed: dict[Any, _Entry],
         started: float,
         gone: set[str],
-    ) -> None:
-        entries = store[key]
+    ) -> list[_Entry]:
+        """Merge a read into the store; the entries it dropped, or replaced by another object."""
+        entries, dropped = store[key], []
         for name in [n for n, e in entries.items() if n not in listed and e.seen < started]:
-            del entries[name]
+            dropped.append(entries.pop(name))
         for name, entry in listed.items():
-            if entry.uid in gone:
+            kept = entries.get(name)
+            if entry.uid in gone or (kept is not None and entry.version <= kept.version):
                 continue
-            if name not in entries or entry.version > entries[name].version:
-                entries[name] = entry
+            if kept is not None and kept.uid != entry.uid:
+                dropped.append(kept)
+            entries[name] = entry
         if not entries:
             del store[key]
+        return dropped
 
 
 def _name(obj: Obj) -> str:

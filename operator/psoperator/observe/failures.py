@@ -79,15 +79,21 @@ def _termination_failure(pod: PodView, term: Termination | None, fallback: str) 
     )
 
 
+def _disrupted(pod: PodView) -> Failure:
+    """A pod the cluster marked as a disruption target (preemption, eviction, a drain) that ended."""
+    assert pod.role is not None and pod.disruption is not None
+    reason = DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
+    message = f"DisruptionTarget: {pod.disruption}"
+    return Failure(pod.role, pod.name, pod.index, reason, message, disruption=True, at=pod.disrupted_at)
+
+
 def _classify_ended(pod: PodView) -> Failure | None:
     """A pod that failed, is being deleted, or was seen last in one of those states."""
     assert pod.role is not None
     if pod.node_lost is not None:
         return Failure(pod.role, pod.name, pod.index, "NodeLost", pod.node_lost, disruption=True)
     if pod.disruption is not None and (pod.failed or pod.deleting):
-        reason = DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
-        message = f"DisruptionTarget: {pod.disruption}"
-        return Failure(pod.role, pod.name, pod.index, reason, message, disruption=True, at=pod.disrupted_at)
+        return _disrupted(pod)
     if pod.failed:
         if pod.pod_reason == "Evicted":
             at = pod.terminated.finished_at if pod.terminated else None
@@ -111,9 +117,11 @@ def classify_pod_failure(
     uid, restarts, sidecar_restarts = previous.uid, previous.restarts, previous.sidecar_restarts
     if pod is None or pod.uid != uid:
         last = (departed or {}).get(uid)
-        ended = _classify_ended(last) if last is not None and last.role is not None else None
-        if ended is not None:
-            return ended
+        if last is not None and last.role is not None:
+            # It is gone: marked as a disruption target when last seen, that is how it ended.
+            ended = _classify_ended(last) or (_disrupted(last) if last.disruption else None)
+            if ended is not None:
+                return ended
         if pod is None or pod.role is None:
             return None
         if previous.disruption is not None:  # seen disrupted, then gone while no one looked
