@@ -502,3 +502,19 @@ def test_a_ps_marked_as_a_disruption_target_and_gone_before_the_watch_showed_mor
     healthy = parse_pod(pod("ps", 0))  # last seen running: how it ended is not known
     failure = classify_pod_failure(entry, replacement, {healthy.uid: healthy})
     assert failure is not None and failure.reason == "Replaced"
+
+
+def test_a_ps_recorded_as_disrupted_stays_disrupted_when_it_is_gone_before_its_replacement_comes() -> None:
+    """The DisruptionTarget went into status.tracking; the operator restarted (or failed over) before
+    the pod went, and now finds neither the pod nor a new one of its name, and no watched last state."""
+    entry = tracked(parse_pod(pod("ps", 1, disruption="EvictionByEvictionAPI")))
+    assert entry.disruption == "EvictionByEvictionAPI"
+    [failure] = detect_failures({"ctr-ps-1": entry}, [])
+    assert (failure.role.value, failure.index, failure.reason, failure.disruption) == (
+        "ps",
+        1,
+        "Evicted",
+        True,
+    )
+    [deleted] = detect_failures({"ctr-ps-1": tracked(parse_pod(pod("ps", 1)))}, [])
+    assert (deleted.reason, deleted.disruption) == ("Deleted", False)

@@ -104,6 +104,18 @@ def _classify_ended(pod: PodView) -> Failure | None:
     return None
 
 
+def _gone_unseen(previous: TrackedPod, role: Role, name: str, index: int | None, replaced: bool) -> Failure:
+    """A tracked pod gone (replaced by a new one of its name, or not yet) and the watch did not show
+    how it ended: a disruption when one was seen on it and recorded in status.tracking."""
+    if previous.disruption is not None:
+        reason = DISRUPTION_REASONS.get(previous.disruption, "Disrupted")
+        message = f"DisruptionTarget: {previous.disruption} (recorded in status.tracking)"
+        return Failure(role, name, index, reason, message, disruption=True)
+    if replaced:
+        return Failure(role, name, index, "Replaced", "the pod was replaced by a new one")
+    return Failure(role, name, index, "Deleted", "the pod disappeared")
+
+
 def classify_pod_failure(
     previous: TrackedPod | None, pod: PodView | None, departed: dict[str, PodView] | None = None
 ) -> Failure | None:
@@ -124,12 +136,7 @@ def classify_pod_failure(
                 return ended
         if pod is None or pod.role is None:
             return None
-        if previous.disruption is not None:  # seen disrupted, then gone while no one looked
-            reason = DISRUPTION_REASONS.get(previous.disruption, "Disrupted")
-            message = f"DisruptionTarget: {previous.disruption} (recorded in status.tracking)"
-            return Failure(pod.role, pod.name, pod.index, reason, message, disruption=True)
-        # Replaced since we last looked, and the watch did not show how the old pod ended.
-        return Failure(pod.role, pod.name, pod.index, "Replaced", "the pod was replaced by a new one")
+        return _gone_unseen(previous, pod.role, pod.name, pod.index, replaced=True)
     if pod.role is None:
         return None
     ended = _classify_ended(pod)
@@ -165,7 +172,7 @@ def detect_failures(
             _, role_text, index_text = ["", "", "", *name.rsplit("-", 2)][-3:]
             role = Role(role_text) if role_text in TRACKED_ROLES else Role.WORKER
             index = int(index_text) if index_text.isdigit() else None
-            failure = Failure(role, name, index, "Deleted", "the pod disappeared")
+            failure = _gone_unseen(previous, role, name, index, replaced=False)
         if failure is not None:
             failures.append(failure)
     return failures
