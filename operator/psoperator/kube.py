@@ -342,7 +342,7 @@ class Kube:
                 self._patch(path, change.manifest)
                 result.patched.append(ref)
         except ApiException as error:
-            if error.status == 409:
+            if change.verb is ChildVerb.CREATE and _already_exists(error):
                 result.conflicts.append(ref)
             elif error.status in REFUSALS:
                 result.rejected.append(f"{ref}: {_reason(error)}")
@@ -376,6 +376,15 @@ class Kube:
         """Delete a pod the plan named, only if it is still the pod it saw (uid precondition)."""
         path = f"/api/v1/namespaces/{namespace}/pods/{deletion.pod}"
         self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
+
+
+def _already_exists(error: ApiException) -> bool:
+    """A create refused because an object has the name (409 AlreadyExists). Another 409 (Conflict:
+    a write that raced another) says nothing of the name: the reconcile tries again."""
+    try:
+        return error.status == 409 and json.loads(error.body or "{}").get("reason") == "AlreadyExists"
+    except ValueError:
+        return False
 
 
 def _reason(error: ApiException) -> str:

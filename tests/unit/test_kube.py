@@ -20,6 +20,7 @@ from psoperator.api.labels import ANNOTATION_HASH, LABEL_ATTEMPT
 from psoperator.control.polling import NotServing, fetch_progress
 from psoperator.kube import Kube, StaleJob, api_failure, resource_of
 from psoperator.observe.views import parse_pod
+from psoperator.plan.children import ChildChange, ChildVerb
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
@@ -346,3 +347,21 @@ def test_a_progress_port_that_takes_the_connection_and_never_answers_is_not_serv
         with pytest.raises(NotServing):
             asyncio.run(ask())
         assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize("reason", ["AlreadyExists", "Conflict"])
+def test_only_a_create_refused_as_already_existing_is_a_name_conflict(reason: str) -> None:
+    """409 AlreadyExists: an object has the name (the job's own, not watched yet, or a stranger's).
+    Any other 409 (e2e/faultproxy.py's injected Conflict held a PS StatefulSet back as a "conflict"
+    until the job's next full read, minutes on) is raised, and the reconcile tries again."""
+    kube = RecordingKube()
+    kube.wire.status = 409
+    kube.wire.answers = [{"kind": "Status", "code": 409, "reason": reason}]
+    [statefulset] = [c for c in render_children(job()) if c["kind"] == "StatefulSet"][:1]
+    change = ChildChange(statefulset, ChildVerb.CREATE)
+    if reason == "AlreadyExists":
+        result = kube.make_changes(NS, [change], [])
+        assert result.conflicts == [f"StatefulSet/{statefulset['metadata']['name']}"]
+    else:
+        with pytest.raises(ApiException):
+            kube.make_changes(NS, [change], [])
