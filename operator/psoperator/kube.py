@@ -382,7 +382,7 @@ def _already_exists(error: ApiException) -> bool:
     """A create refused because an object has the name (409 AlreadyExists). Another 409 (Conflict:
     a write that raced another) says nothing of the name: the reconcile tries again."""
     try:
-        return error.status == 409 and json.loads(error.body or "{}").get("reason") == "AlreadyExists"
+        return error.status == 409 and bool(json.loads(error.body or "{}").get("reason") == "AlreadyExists")
     except ValueError:
         return False
 
