@@ -125,8 +125,9 @@ async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed
     observed, key = of(seen.pods), (job["metadata"]["namespace"], name)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
     # Wait for it a little, so the failure is classified by what happened instead of "Replaced".
+    lost = unexplained(tracking, observed.pods, observed.departed)
     for _ in range(UNEXPLAINED_RETRIES):
-        if not unexplained(tracking, observed.pods, observed.departed):
+        if not lost:
             break
         await asyncio.sleep(UNEXPLAINED_WAIT)
         cached = state.cache.snapshot(key)
@@ -134,11 +135,11 @@ async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed
             await in_thread(state.kube.list_pods, *key, parse_pod) if fresh or cached is None else cached.pods
         )
         observed = of(pods)
-    # Still not told: the last state the watch showed before the pod vanished (a DisruptionTarget
-    # the watch delivered before a lagging deletion says it was preempted, not merely deleted).
-    lost = unexplained(tracking, observed.pods, observed.departed)
-    vanished = {uid: state.vanished[uid] for uid in lost if uid in state.vanished}
-    observed = replace(observed, departed={**observed.departed, **vanished})
+        lost = unexplained(tracking, observed.pods, observed.departed)
+    if lost:  # still not told: the last state the watch showed before the pod vanished (a
+        # DisruptionTarget it delivered before a lagging deletion says preempted, not deleted)
+        vanished = {uid: state.vanished[uid] for uid in lost if uid in state.vanished}
+        observed = replace(observed, departed={**observed.departed, **vanished})
     observed = replace(observed, kueue=await kueue.kueue_view(state, job, observed))
     return with_nodes(state, observed)
 

@@ -79,12 +79,17 @@ def _termination_failure(pod: PodView, term: Termination | None, fallback: str) 
     )
 
 
+def _disruption(
+    role: Role, name: str, index: int | None, target: str, at: str | None = None, source: str = ""
+) -> Failure:
+    """A pod the cluster marked as a disruption target (`target`: the condition's reason) that ended."""
+    reason = DISRUPTION_REASONS.get(target, "Disrupted")
+    return Failure(role, name, index, reason, f"DisruptionTarget: {target}{source}", disruption=True, at=at)
+
+
 def _disrupted(pod: PodView) -> Failure:
-    """A pod the cluster marked as a disruption target (preemption, eviction, a drain) that ended."""
     assert pod.role is not None and pod.disruption is not None
-    reason = DISRUPTION_REASONS.get(pod.disruption, "Disrupted")
-    message = f"DisruptionTarget: {pod.disruption}"
-    return Failure(pod.role, pod.name, pod.index, reason, message, disruption=True, at=pod.disrupted_at)
+    return _disruption(pod.role, pod.name, pod.index, pod.disruption, at=pod.disrupted_at)
 
 
 def _classify_ended(pod: PodView) -> Failure | None:
@@ -108,9 +113,7 @@ def _gone_unseen(previous: TrackedPod, role: Role, name: str, index: int | None,
     """A tracked pod gone (replaced by a new one of its name, or not yet) and the watch did not show
     how it ended: a disruption when one was seen on it and recorded in status.tracking."""
     if previous.disruption is not None:
-        reason = DISRUPTION_REASONS.get(previous.disruption, "Disrupted")
-        message = f"DisruptionTarget: {previous.disruption} (recorded in status.tracking)"
-        return Failure(role, name, index, reason, message, disruption=True)
+        return _disruption(role, name, index, previous.disruption, source=" (recorded in status.tracking)")
     if replaced:
         return Failure(role, name, index, "Replaced", "the pod was replaced by a new one")
     return Failure(role, name, index, "Deleted", "the pod disappeared")
