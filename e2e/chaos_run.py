@@ -267,16 +267,9 @@ def wrong_endings(api: client.ApiClient, ns: str, outcomes: list[Outcome]) -> li
         if found != (phase, restarts):
             wrong.append(
                 f"{o.name} ({o.kind}): phase, restarts {found}, expected {(phase, restarts)}; "
-                f"lastFailure {status.get('lastFailure')}; events: {_events(api, ns, o.name)}"
+                f"lastFailure {status.get('lastFailure')}; events: {psjobs.told(api, ns, o.name)}"
             )
     return wrong
-
-
-def _events(api: client.ApiClient, ns: str, name: str) -> list[str]:
-    """The job's events, oldest first, as "reason: message" (what a wrong ending is explained by)."""
-    listed = client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
-    ordered = sorted(listed.items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
-    return [f"{e.reason}: {e.message}" for e in ordered]
 
 
 def _children(api: client.ApiClient, ns: str) -> list[Obj]:

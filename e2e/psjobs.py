@@ -119,3 +119,15 @@ def running_pod(api: client.ApiClient, namespace: str, name: str, role: str, ind
         return None
 
     return wait_for(find, timeout=60, message=f"a running {role} {index} pod of {name}")
+
+
+def events(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    """The job's events (V1Event), oldest first."""
+    selector = f"involvedObject.name={name}"
+    listed = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=selector)
+    return sorted(listed.items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
+
+
+def told(api: client.ApiClient, namespace: str, name: str) -> list[str]:
+    """The job's events, oldest first, as "reason: message": what explains a wrong ending."""
+    return [f"{e.reason}: {e.message}" for e in events(api, namespace, name)]

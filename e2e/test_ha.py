@@ -73,7 +73,10 @@ def test_the_other_replica_takes_over_a_ps_failure_when_the_leader_is_killed(
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
     status = psjobs.status(k8s, namespace, "ctr")
     assert (status["restarts"], status["countedRestarts"]) == (1, 1)
-    assert status["lastFailure"]["reason"] == "OOMKilled"
+    # (CI on 3e5f9d8 once had "Deleted" here, not reproduced in 14 runs beside two busy cores: the
+    # job's events tell which failure wrote it, should it come again.)
+    told = psjobs.told(k8s, namespace, "ctr")
+    assert status["lastFailure"]["reason"] == "OOMKilled", f"{status['lastFailure']}; events: {told}"
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=5)
     assert standby.running
 

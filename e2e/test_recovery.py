@@ -49,12 +49,6 @@ def _new_chief(k8s: client.ApiClient, namespace: str, old_uid: str, attempt: int
     return wait_for(find, timeout=RESTART_BUDGET_SECONDS, message=f"a chief pod of attempt {attempt}")
 
 
-def _events(k8s: client.ApiClient, namespace: str) -> list[Any]:
-    return (
-        client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr").items
-    )
-
-
 def test_worker_failure_leaves_the_chief_alone(
     k8s: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
@@ -88,7 +82,7 @@ def test_worker_failure_leaves_the_chief_alone(
         duration=3,
     )
     assert psjobs.running_pod(k8s, namespace, "ctr", "chief")["metadata"]["uid"] == chief["metadata"]["uid"]
-    assert "WorkerFailed" in {e.reason for e in _events(k8s, namespace)}
+    assert "WorkerFailed" in {e.reason for e in psjobs.events(k8s, namespace, "ctr")}
 
 
 def test_ps_failure_restarts_the_chief_within_seconds(
@@ -109,7 +103,7 @@ def test_ps_failure_restarts_the_chief_within_seconds(
     assert "memory" in status["lastFailure"]["message"]  # the planner's suggestion
     status = psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
     assert condition(status, "Restarting")["status"] == "False"  # type: ignore[index]
-    assert "ParameterServerLost" in {e.reason for e in _events(k8s, namespace)}
+    assert "ParameterServerLost" in {e.reason for e in psjobs.events(k8s, namespace, "ctr")}
 
 
 def test_ps_restarted_in_place_restarts_the_chief(
@@ -232,10 +226,10 @@ def test_success_cleans_up_then_ttl_deletes_the_job(
         timeout=30,
         message="pods of the other roles cleaned up",
     )
-    assert "ChildRejected" not in {e.reason for e in _events(k8s, namespace)}
+    assert "ChildRejected" not in {e.reason for e in psjobs.events(k8s, namespace, "ctr")}
     wait_for(lambda: psjobs.get(k8s, namespace, "ctr") is None, timeout=30, message="the job deleted by TTL")
     # Posted through kopf's real posting path (its level is WARNING: kopf.info would post nothing).
-    wait_for(lambda: "Expired" in {e.reason for e in _events(k8s, namespace)}, timeout=30,
+    wait_for(lambda: "Expired" in {e.reason for e in psjobs.events(k8s, namespace, "ctr")}, timeout=30,
              message="the Expired event")  # fmt: skip
 
 
@@ -341,7 +335,8 @@ def test_every_mutable_field_changes_a_running_job_without_a_warning_storm(
     )
     # A few resyncs later: no child refused, no warning at all, and the same chief still running.
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr").get("phase") == "Running", duration=12)
-    warnings = [f"{e.reason}: {e.message}" for e in _events(k8s, namespace) if e.type == "Warning"]
+    events = psjobs.events(k8s, namespace, "ctr")
+    warnings = [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"]
     assert warnings == []
     assert psjobs.running_pod(k8s, namespace, "ctr", "chief")["metadata"]["uid"] == chief["metadata"]["uid"]
     # The exit codes reach the next chief attempt; the running chief Job keeps the rules it has
@@ -387,7 +382,7 @@ def test_a_resize_restarts_with_the_new_shape_and_counts_nothing(
     env = {e["name"]: e.get("value") for e in new_chief["spec"]["containers"][0]["env"]}
     cluster = json.loads(env["TF_CONFIG"])["cluster"]
     assert (len(cluster["ps"]), len(cluster["worker"])) == (ps, workers), cluster
-    reasons = [e.reason for e in _events(k8s, namespace)]
+    reasons = [e.reason for e in psjobs.events(k8s, namespace, "ctr")]
     assert "Resized" in reasons and not {"PsFailed", "WorkerFailed", "ParameterServerLost"} & set(reasons)
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=5)
 
@@ -425,7 +420,7 @@ def test_more_ps_memory_restarts_the_ps_with_it_and_counts_nothing(
     assert [_ps_memory(p) for p in ps] == [wanted, wanted]
     restarting = condition(psjobs.status(k8s, namespace, "ctr"), "Restarting")
     assert restarting is not None and restarting["reason"] == "Recovered", restarting  # from Resized
-    events = {e.reason: e.message for e in _events(k8s, namespace)}
+    events = {e.reason: e.message for e in psjobs.events(k8s, namespace, "ctr")}
     assert events.get("Resized", "").startswith("from 2 PS (1Gi), 2 workers to 2 PS (2Gi), 2 workers"), events
     assert not {"PsFailed", "WorkerFailed", "ParameterServerLost"} & set(events), events
     assert {p["metadata"]["uid"] for p in psjobs.live_pods(k8s, namespace, "ctr", "worker")} == workers

@@ -24,8 +24,7 @@ def _ps(memory: str) -> dict[str, Any]:
 
 
 def _warning_events(k8s: client.ApiClient, namespace: str) -> list[str]:
-    events = client.CoreV1Api(k8s).list_namespaced_event(namespace, field_selector="involvedObject.name=ctr")
-    return [f"{e.reason}: {e.message}" for e in events.items if e.type == "Warning"]
+    return [f"{e.reason}: {e.message}" for e in psjobs.events(k8s, namespace, "ctr") if e.type == "Warning"]
 
 
 def test_undersized_ps_get_a_warning_and_still_start(
