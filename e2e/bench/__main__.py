@@ -147,6 +147,7 @@ def _steady_rows(sizes: dict[str, Any], steady: dict[str, dict[str, float]]) -> 
         lines.append(_row("  per job per minute: API requests (writes)", requests))
         polls = f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}"
         lines.append(_row("  per job per minute: reconciles, progress polls", polls))
+        lines.append(_row("  the process's CPU per reconcile", f"{s['cpu_ms_per_reconcile']:.2f} ms"))
     return lines
 
 

@@ -324,12 +324,15 @@ def _window(bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | N
     time.sleep(seconds)
     requests = _requests(bench, "ours") - requests
     per_job_minute = 60 / seconds / jobs
+    cpu, reconciles = measure.cpu_seconds(pid) - cpu, measure.reconciles(bench.metrics_port) - count
     return {
         "rss_mib": rss_mib(pid) or 0.0,
-        "cpu_percent": 100 * (measure.cpu_seconds(pid) - cpu) / seconds,
+        "cpu_percent": 100 * cpu / seconds,
+        # everything the process did over the window (fresh reads, kopf, metrics) per reconcile
+        "cpu_ms_per_reconcile": 1000 * cpu / reconciles if reconciles else 0.0,
         "requests_per_job_minute": requests.total * per_job_minute,
         "writes_per_job_minute": requests.writes * per_job_minute,
-        "reconciles_per_job_minute": (measure.reconciles(bench.metrics_port) - count) * per_job_minute,
+        "reconciles_per_job_minute": reconciles * per_job_minute,
         "progress_fetches_per_job_minute": ((progress.requests if progress else 0) - fetches)
         * per_job_minute,
     }

@@ -732,3 +732,55 @@ def test_a_parameter_servers_new_tracking_is_written_at_once(
     status = came_up(phase="Running", tracking=tracking_of(BASE))
     plan = plan_reconcile(with_status(job(), **status), observed(now, chief_job()), None, NOW)
     assert plan.write_now is write_now
+
+
+def _stuck_worker() -> list[dict[str, Any]]:
+    stuck = pod("worker", 1, waiting="ErrImagePull")
+    return [p if p["metadata"]["name"] != "ctr-worker-1" else stuck for p in BASE]
+
+
+# A job on each clock of the plan, as (job, what is observed, the chief's report).
+CLOCKS: dict[str, tuple[dict[str, Any], Observed, ProgressReport | None]] = {
+    "stall timeout": (
+        with_status(
+            job(failurePolicy={"stallTimeoutSeconds": 60}),
+            **came_up(phase="Running", step=7, stepTime=format_time(NOW - timedelta(seconds=20))),
+        ),
+        observed(BASE, chief_job()),
+        ProgressReport(state="running", step=7),
+    ),
+    "scheduling timeout": (
+        with_status(job(failurePolicy={"schedulingTimeoutSeconds": 300}), **came_up(phase="Creating")),
+        observed(_unschedulable_ps(timedelta(seconds=200)), chief_job()),
+        None,
+    ),
+    "start error grace": (
+        with_status(job(), **came_up(phase="Running", tracking=tracking_of(BASE))),
+        observed(_stuck_worker(), chief_job()),
+        None,
+    ),
+    "active deadline": (
+        with_status(
+            job(runPolicy={"activeDeadlineSeconds": 600}),
+            **came_up(phase="Running", startTime=format_time(NOW - timedelta(seconds=60))),
+        ),
+        observed(BASE, chief_job()),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_a_plan_that_changed_nothing_asks_to_be_woken_when_its_clock_would_change_it(clock: str) -> None:
+    """control/settled.py keeps a decision that changed nothing until the plan's wake-up: each clock
+    of the plan asks for one, or what it does on time would wait for the job's next change."""
+    first_job, seen, report = CLOCKS[clock]
+    first = plan_reconcile(first_job, seen, report, NOW)
+    settled = {**first_job, "status": first.status}  # as the first reconcile wrote it
+    again = plan_reconcile(settled, seen, report, NOW)
+    assert again.status == settled["status"] and again.events == [] and again.requeue_after is not None
+    wake = again.requeue_after
+    before = plan_reconcile(settled, seen, report, NOW + timedelta(seconds=wake - 1))
+    assert before.status == settled["status"] and before.events == []
+    after = plan_reconcile(settled, seen, report, NOW + timedelta(seconds=wake + 1))
+    assert after.status != settled["status"] or after.events

@@ -18,6 +18,9 @@ another writer came first.
          v                                                               v
       decide <-----------------------------------------------------------+
          |
+         +-- from the cache, what it is decided from is as it was when its last decision changed nothing, and
+         |   that decision's clock has not run out (control/settled.py) --> that decision, as is
+         |
          +-- only a status change, written less than STATUS_SPACING_SECONDS ago
          |   --> nothing written; look again when the spacing is over
          |
@@ -47,7 +50,7 @@ from kubernetes.client.exceptions import ApiException
 from psoperator.api.labels import CHILD_KINDS, QUEUE_KINDS
 from psoperator.api.models import Tracking
 from psoperator.contract import ProgressReport
-from psoperator.control import kueue, polling
+from psoperator.control import kueue, polling, settled
 from psoperator.control.state import JobState, OperatorState
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import ApplyResult, in_thread
@@ -83,6 +86,8 @@ class Decision:
     conflicts: list[str]  # children's names taken by objects the job does not own (plan_children)
     now: datetime
     inputs: tuple[Any, ...] | None = None  # what decided the changes (sync_inputs)
+    facts: tuple[Any, ...] | None = None  # what it was decided from (settled.inputs_of)
+    stands: bool = False  # the job's settled decision, standing: nothing to do, nothing to write
 
     @property
     def quiet(self) -> bool:
@@ -179,6 +184,10 @@ async def decide(
             state.session, port, chief, job_state.refusals
         )
     now = datetime.now(UTC)
+    facts = settled.inputs_of(seen, observed, report, job_state.checkpoint_outcome, state.kueue_served)
+    standing = job_state.settled.stands(facts, time.monotonic()) if job_state.settled and not fresh else None
+    if standing is not None:
+        return Decision(standing, report, [], [], now, stands=True)
     plan = plan_reconcile(
         job,
         observed,
@@ -189,14 +198,14 @@ async def decide(
         checkpoint_outcome=job_state.checkpoint_outcome,
     )
     if plan.render is None:
-        return Decision(plan, report, [], [], now)
+        return Decision(plan, report, [], [], now, facts=facts)
     inputs = sync_inputs(job, plan, seen.children)
     # A child that could not be made is tried again at a fresh read (every fresh_read_seconds at
     # least): the object in its way may carry no job label, and then no watch sees it go.
     if job_state.in_sync == inputs and not (fresh and job_state.told):
         # The same as when its children were last found as rendered: a Running job's reconciles
         # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
-        return Decision(plan, report, [], [], now)
+        return Decision(plan, report, [], [], now, facts=facts)
     desired = render_children(job, plan.render)
     changes, conflicts = plan_children(
         job["metadata"]["uid"],
@@ -207,7 +216,7 @@ async def decide(
     )
     if not changes and not conflicts:
         job_state.in_sync = inputs
-    return Decision(plan, report, changes, conflicts, now, inputs)
+    return Decision(plan, report, changes, conflicts, now, inputs, facts)
 
 
 def never_acted_on(seen: Snapshot | None) -> bool:
@@ -236,6 +245,8 @@ async def reconcile_once(
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await decide(state, job_state, seen, fresh)
+    if decision.stands:
+        return decision.plan
     waited = started - last_read >= DEPARTURE_RECHECK_SECONDS
     recheck = not fresh and not new and decision.plan.awaits_departure and waited
     since_write = started - state.cache.written_at.get(key, -math.inf)
@@ -248,22 +259,26 @@ async def reconcile_once(
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None
         decision = await decide(state, job_state, seen, True, decision.report)
-    await act(state, job_state, seen, decision, logger)
+    wrote = await act(state, job_state, seen, decision, logger)
+    changed_nothing = decision.quiet and not wrote
+    job_state.settled = (
+        settled.settle(decision.plan, decision.facts, started, decision.now) if changed_nothing else None
+    )
     return decision.plan
 
 
 async def act(
     state: OperatorState, job_state: JobState, seen: Snapshot, decision: Decision, logger: Any
-) -> None:
+) -> bool:
     """Write the status once and post the plan's events (they fire when a condition flips, so a
     later reconcile would not post them again: a child write refused below must not lose them), then
-    carry out the plan."""
+    carry out the plan. Returns whether the status needed a write (or the Lease forbade acting)."""
     job: Any = seen.job  # kopf's event functions take the raw object (typed as their Body)
     plan = decision.plan
     namespace, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
     if not state.may_act():  # decided while the Lease ran out: the other replica acts now
         logger.info("not acting: this replica's Lease is past its renew deadline")
-        return
+        return True
     patch = merge_patch(job.get("status") or {}, plan.status)
     if patch:
         version = job["metadata"]["resourceVersion"]
@@ -287,7 +302,7 @@ async def act(
             job, type="Normal", reason="Expired", message="ttlSecondsAfterFinished passed: deleting the job"
         )
         await in_thread(state.kube.delete_job, namespace, name, uid)
-        return
+        return True
     # The children first: a StatefulSet's scale-down (a stop) or new template (a resize; OnDelete)
     # is in place before its pods go, or its controller makes them again as they were.
     if decision.changes or decision.conflicts:
@@ -296,6 +311,7 @@ async def act(
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)
     await delete_pods(state, namespace, plan)
+    return bool(patch)
 
 
 async def delete_pods(state: OperatorState, namespace: str, plan: ReconcilePlan) -> None:

@@ -22,6 +22,7 @@ import aiohttp
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import Refusals
+from psoperator.control.settled import Settled
 from psoperator.faults import Fault
 from psoperator.kube import Kube
 from psoperator.metrics.registry import Metrics
@@ -73,6 +74,8 @@ class JobState:
     refusals: Refusals | None = None  # its chief's refusals of the progress port in a row
     # The chief's answer to the latest checkpoint asked before a planned stop, for the next reconcile.
     checkpoint_outcome: CheckpointOutcome | None = None
+    # Its last decision if it changed nothing: it stands while nothing it was decided from changes.
+    settled: Settled | None = None
 
 
 @dataclass

@@ -209,6 +209,7 @@ def watch_scheduling(spec: PSTrainingJobSpec, d: Draft) -> bool:
     d.condition(ConditionType.UNSCHEDULABLE, True, "Unschedulable", message, event=event)
     late = scheduling.timed_out(spec, waiting, d.now)
     if late is None:
+        d.wake_in(min(scheduling.seconds_left(spec, waiting, d.now).values(), default=None))
         return GO_ON
     cause = scheduling.as_failure(late)
     d.status.last_failure = failure_record(replace(cause, reason="Unschedulable"), d.stamp)
@@ -330,6 +331,7 @@ def count_replicas(spec: PSTrainingJobSpec, d: Draft) -> bool:
     grace = spec.failure_policy.startup_error_grace_seconds
     stuck = tracking.next_start_errors(d.old.tracking, d.observed, d.status.restarts, d.now, grace)
     d.status.tracking.start_errors = stuck or None  # none: the field goes away
+    d.wake_in(tracking.grace_left(stuck, d.now, grace))  # when the first one not told is overdue
     new_failures = Counter(Role(role) for role, _ in d.failures)
     d.status.replica_statuses = replica_statuses(
         spec, d.observed, d.old.replica_statuses, new_failures, d.status.restarts
@@ -398,7 +400,10 @@ def detect_stall(spec: PSTrainingJobSpec, d: Draft) -> bool:
     everything_runs = all_running(spec, d.observed, d.status.restarts)
     if d.status.step_time is None and everything_runs:
         d.status.step_time = d.stamp
-    stalled = stall.is_stalled(spec, d.status.step_time, everything_runs, d.now)
+    left = stall.seconds_left(spec, d.status.step_time, everything_runs, d.now)
+    stalled = left is not None and left <= 0
+    if not stalled:
+        d.wake_in(left)  # when it would count as stalled, if the step has not moved by then
     # Set only when it changes: a job that never stalled carries no Stalled condition.
     if timeout is None or stalled == is_true(d.status.conditions, ConditionType.STALLED):
         return GO_ON

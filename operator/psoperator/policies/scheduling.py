@@ -37,14 +37,20 @@ def describe(pods: list[PodView]) -> str:
     return f"{named}; and {more} more" if more > 0 else named
 
 
-def timed_out(spec: PSTrainingJobSpec, pods: list[PodView], now: datetime) -> PodView | None:
-    """The first chief or PS pod unscheduled for longer than schedulingTimeoutSeconds, if any."""
+def seconds_left(spec: PSTrainingJobSpec, pods: list[PodView], now: datetime) -> dict[str, float]:
+    """Each unscheduled chief or PS pod (by name) and the seconds left of schedulingTimeoutSeconds
+    (none left: it timed out); nothing without the timeout."""
     timeout = spec.failure_policy.scheduling_timeout_seconds
-    if timeout is None:
-        return None
+    left: dict[str, float] = {}
     for pod in pods:
         assert pod.unscheduled is not None
         since = parse_time(pod.unscheduled.since or pod.created)
-        if pod.role in REQUIRED_ROLES and since is not None and (now - since).total_seconds() >= timeout:
-            return pod
-    return None
+        if timeout is not None and pod.role in REQUIRED_ROLES and since is not None:
+            left[pod.name] = timeout - (now - since).total_seconds()
+    return left
+
+
+def timed_out(spec: PSTrainingJobSpec, pods: list[PodView], now: datetime) -> PodView | None:
+    """The first chief or PS pod unscheduled for longer than schedulingTimeoutSeconds, if any."""
+    left = seconds_left(spec, pods, now)
+    return next((pod for pod in pods if left.get(pod.name, 1.0) <= 0), None)

@@ -65,6 +65,12 @@ def next_start_errors(
     return result
 
 
+def grace_left(errors: dict[str, StartError], now: datetime, grace_seconds: int) -> float | None:
+    """Seconds until the first start error not told yet is past the grace period; None: none is."""
+    since = [parse_time(error.since) for error in errors.values() if not error.told]
+    return min((grace_seconds - (now - s).total_seconds() for s in since if s is not None), default=None)
+
+
 def ps_tracking_changed(old: Tracking, new: Tracking, observed: Observed) -> bool:
     """A parameter server appeared, was replaced or restarted since the tracking was last stored."""
     return any(old.pods.get(p.name) != new.pods.get(p.name) for p in observed.role_pods(Role.PS))
