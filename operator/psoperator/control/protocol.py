@@ -261,8 +261,11 @@ async def reconcile_once(
         decision = await decide(state, job_state, seen, True, decision.report)
     wrote = await act(state, job_state, seen, decision, logger)
     changed_nothing = decision.quiet and not wrote
+    kept = seen.job.get("status") or {}
     job_state.settled = (
-        settled.settle(decision.plan, decision.facts, started, decision.now) if changed_nothing else None
+        settled.settle(decision.plan, kept, decision.facts, started, decision.now)
+        if changed_nothing
+        else None
     )
     return decision.plan
 

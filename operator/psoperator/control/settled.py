@@ -73,21 +73,22 @@ def inputs_of(
 
 
 def settle(
-    plan: ReconcilePlan, inputs: tuple[Any, ...] | None, now: float, clock: datetime
+    plan: ReconcilePlan, status: dict[str, Any], inputs: tuple[Any, ...] | None, now: float, clock: datetime
 ) -> Settled | None:
     """The record of a decision that changed nothing (decided at `now`, monotonic; `clock`, the
     plan's wall time); None when it cannot stand: its inputs could not be told, or it waits for pods
-    to go (a DELETED the watch may never send: protocol.py reads fresh when that wait lasts)."""
+    to go (a DELETED the watch may never send: protocol.py reads fresh when that wait lasts). It
+    keeps the job's `status` as read, the one the watch cache holds, for its plan's own equal copy."""
     if inputs is None or plan.awaits_departure:
         return None
-    waits = [plan.requeue_after, _step_rate_idle_in(plan, clock)]
+    waits = [plan.requeue_after, _step_rate_idle_in(status, clock)]
     left = min((w for w in waits if w is not None), default=math.inf)
-    return Settled(inputs, now + left, plan)
+    return Settled(inputs, now + left, replace(plan, status=status))
 
 
-def _step_rate_idle_in(plan: ReconcilePlan, clock: datetime) -> float | None:
+def _step_rate_idle_in(status: dict[str, Any], clock: datetime) -> float | None:
     """Seconds until the metrics read a step that has not moved as a rate of 0 (readings.step_rate)."""
-    moved = parse_time(plan.status.get("stepTime"))
+    moved = parse_time(status.get("stepTime"))
     if moved is None:
         return None
     left = STEP_RATE_IDLE_SECONDS - (clock - moved).total_seconds()
