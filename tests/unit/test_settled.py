@@ -27,6 +27,7 @@ class RunningJob:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
         self.plans: list[str] = []
+
         def counting(job: Any, *args: Any, **kwargs: Any) -> Any:
             self.plans.append(job["metadata"]["resourceVersion"])
             return plan_reconcile(job, *args, **kwargs)
