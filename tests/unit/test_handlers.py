@@ -613,6 +613,19 @@ def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() ->
     assert kube.calls == []
 
 
+def _merged(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as the API server applies a merge patch (RFC 7386)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merged(result.get(key), value)
+    return result
+
+
 class OneJobKube(RecordingKube):
     """The API of one job and its children, as reads answer; a status write is merged into the job
     and bumps its resourceVersion. Requests that reach the wire (creates, patches) are recorded."""
@@ -634,7 +647,7 @@ class OneJobKube(RecordingKube):
     def patch_job_status(self, namespace: str, name: str, patch: Any, resource_version: str) -> Any:
         self.wire.sent.append(("PATCH", "status", "", None))
         meta = self.job["metadata"]
-        status = {k: v for k, v in {**self.job["status"], **patch}.items() if v is not None}
+        status = _merged(self.job["status"], patch)
         self.job = {
             **self.job,
             "metadata": {**meta, "resourceVersion": str(int(meta["resourceVersion"]) + 1)},

@@ -112,3 +112,18 @@ def test_a_fresh_read_always_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     job.state.cache.read_at.clear()
     asyncio.run(protocol.reconcile_once(job.state, *KEY, logging.getLogger("test")))
     assert len(job.plans) == plans + 1
+
+
+def test_a_job_tracked_by_an_earlier_version_is_decided_and_then_settles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """status.tracking.pods as versions before the records wrote it ("uid/restarts/sidecar restarts"):
+    read as records, as the plan reads them (e2e/test_upgrade caught a reconcile failing on it)."""
+    job = RunningJob(monkeypatch)
+    job.settle()
+    cached = job.state.cache.jobs[KEY]
+    pods = cached["status"]["tracking"]["pods"]
+    cached["status"]["tracking"]["pods"] = {name: f"{entry['uid']}/0/0" for name, entry in pods.items()}
+    job.kube.job = cached
+    job.state.jobs[KEY].settled = None
+    job.settle()

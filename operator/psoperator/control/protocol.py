@@ -48,7 +48,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from psoperator.api.labels import CHILD_KINDS, QUEUE_KINDS
-from psoperator.api.models import Tracking
+from psoperator.api.models import TrackedPod, Tracking
 from psoperator.contract import ProgressReport
 from psoperator.control import kueue, polling, settled
 from psoperator.control.state import JobState, OperatorState
@@ -115,14 +115,15 @@ async def read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
     return Snapshot(job, children, pods)
 
 
-async def observe(state: OperatorState, seen: Snapshot, fresh: bool) -> Observed:
+async def observe(
+    state: OperatorState, seen: Snapshot, fresh: bool, tracking: dict[str, TrackedPod]
+) -> Observed:
     """What the reconcile sees of the job: its own children and pods, with the nodes of the pods,
-    waiting a little for how tracked pods that went away ended."""
+    waiting a little for how the `tracking`'s pods that went away ended."""
     job = seen.job
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     owners = {c["metadata"]["uid"] for c in seen.children if owned_by(c, uid)}
     ours = [c for c in seen.children if owned_by(c, uid)]
-    tracking = Tracking.model_validate((job.get("status") or {}).get("tracking") or {}).pods
 
     def of(listed: list[PodView]) -> Observed:
         return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
@@ -176,7 +177,8 @@ async def decide(
     report: ProgressReport | None = None,
 ) -> Decision:
     job = seen.job
-    observed = await observe(state, seen, fresh)
+    tracking = Tracking.model_validate((job.get("status") or {}).get("tracking") or {}).pods
+    observed = await observe(state, seen, fresh, tracking)
     if report is None:
         attempt = int((job.get("status") or {}).get("restarts") or 0)
         port, chief = state.config.progress_port, observed.chief_pod(attempt)
@@ -184,7 +186,10 @@ async def decide(
             state.session, port, chief, job_state.refusals
         )
     now = datetime.now(UTC)
-    facts = settled.inputs_of(seen, observed, report, job_state.checkpoint_outcome, state.kueue_served)
+    tracked = {entry.uid for entry in tracking.values()}
+    facts = settled.inputs_of(
+        seen, observed, tracked, report, job_state.checkpoint_outcome, state.kueue_served
+    )
     standing = job_state.settled.stands(facts, time.monotonic()) if job_state.settled and not fresh else None
     if standing is not None:
         return Decision(standing, report, [], [], now, stands=True)

@@ -45,17 +45,16 @@ class Settled:
 def inputs_of(
     seen: Snapshot,
     observed: Observed,
+    tracked: set[str],
     report: ProgressReport | None,
     outcome: CheckpointOutcome | None,
     kueue_served: bool,
 ) -> tuple[Any, ...] | None:
     """What a decision is made from besides the clock: every object's version (the job, its children,
     its pods), the nodes under the pods, Kueue's view, the chief's report and checkpoint answer. None
-    when a tracked pod is gone: how it ended may come from the watch without changing any of these."""
-    status = seen.job.get("status") or {}
-    tracked = {entry.get("uid") for entry in ((status.get("tracking") or {}).get("pods") or {}).values()}
-    live = {pod.uid for pod in observed.pods}
-    if tracked - live:
+    when a pod of the `tracked` uids is gone: how it ended may come from the watch without changing
+    any of these."""
+    if tracked - {pod.uid for pod in observed.pods}:
         return None
     children = sorted(
         (c["kind"], c["metadata"]["name"], c["metadata"].get("resourceVersion")) for c in seen.children
