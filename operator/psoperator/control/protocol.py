@@ -18,8 +18,9 @@ another writer came first.
          v                                                               v
       decide <-----------------------------------------------------------+
          |
-         +-- from the cache, what it is decided from is as it was when its last decision changed nothing, and
-         |   that decision's clock has not run out (control/settled.py) --> that decision, as is
+         +-- from the cache, what it is decided from is as it was when its last decision
+         |   changed nothing, and that decision's clock has not run out (control/settled.py)
+         |   --> that decision, as is
          |
          +-- only a status change, written less than STATUS_SPACING_SECONDS ago
          |   --> nothing written; look again when the spacing is over

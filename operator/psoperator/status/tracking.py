@@ -33,9 +33,14 @@ def tracked_pods(observed: Observed) -> list[PodView]:
     return [p for role in TRACKED_ROLES for p in observed.role_pods(role)]
 
 
-def overdue(error: StartError, now: datetime, grace_seconds: int) -> bool:
+def _grace_left(error: StartError, now: datetime, grace_seconds: int) -> float:
+    """Seconds of the grace period the episode has left (none when its start is unknown)."""
     since = parse_time(error.since)
-    return since is None or (now - since).total_seconds() >= grace_seconds
+    return 0.0 if since is None else grace_seconds - (now - since).total_seconds()
+
+
+def overdue(error: StartError, now: datetime, grace_seconds: int) -> bool:
+    return _grace_left(error, now, grace_seconds) <= 0
 
 
 def start_error_of(tracking: Tracking, pod: PodView, now: datetime) -> StartError | None:
@@ -67,8 +72,7 @@ def next_start_errors(
 
 def grace_left(errors: dict[str, StartError], now: datetime, grace_seconds: int) -> float | None:
     """Seconds until the first start error not told yet is past the grace period; None: none is."""
-    since = [parse_time(error.since) for error in errors.values() if not error.told]
-    return min((grace_seconds - (now - s).total_seconds() for s in since if s is not None), default=None)
+    return min((_grace_left(e, now, grace_seconds) for e in errors.values() if not e.told), default=None)
 
 
 def ps_tracking_changed(old: Tracking, new: Tracking, observed: Observed) -> bool:
