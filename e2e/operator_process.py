@@ -26,8 +26,16 @@ class OperatorProcess:
 
     probe_path = "/healthz"  # what `start()` waits for, on the port `command()` is given
 
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_args: list[str] | None = None):
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_path: Path,
+        extra_args: list[str] | None = None,
+        module: str = "psoperator",  # or a launcher of it (e2e/bench/traced.py)
+    ):
         self.kubeconfig = kubeconfig
+        self.module = module
         self.namespace = namespace
         self.log_path = log_path
         self.extra_args = list(extra_args or [])
@@ -47,7 +55,7 @@ class OperatorProcess:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "psoperator", "run",
+            sys.executable, "-m", self.module, "run",
             "--namespace", self.namespace,
             "--standalone",
             "--liveness", self.liveness_url,

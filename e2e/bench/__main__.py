@@ -9,14 +9,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
 from e2e.accounts import CHART_NAMESPACE, chart_account_kubeconfig
-from e2e.bench import measure, peer, scenarios
+from e2e.bench import measure, peer, scenarios, traced
 from e2e.clusters import CRD_FILE
 from e2e.kubectl import kubectl
 from e2e.operator_process import OperatorProcess
@@ -199,6 +199,13 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
     parser.add_argument("--kinds", default=",".join(KINDS), help="ours and any of floor, tfjob")
     parser.add_argument("--json", type=Path, default=Path("bench.json"))
+    parser.add_argument("--steady-jobs", type=int, help="the steady scenario's jobs instead of the size's")
+    parser.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="run the operator under tracemalloc and report where its memory is after the steady "
+        "scenario's window at rest (e2e/bench/traced.py; its CPU figures are then not the operator's)",
+    )
     args = parser.parse_args()
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     args.kinds = [k for k in KINDS if k in args.kinds.split(",")]  # in KINDS' order
@@ -220,6 +227,8 @@ def _our_account(api: client.ApiClient) -> measure.Account:
 def main() -> int:
     args = _arguments()
     sizes = FULL if args.full else SHORT
+    if args.steady_jobs:
+        sizes = replace(sizes, steady_jobs=args.steady_jobs)
     kubeconfig = Path(os.environ["KUBECONFIG"])
     api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
@@ -229,9 +238,14 @@ def main() -> int:
     busiest = max(sizes.burst_jobs * 7, sizes.steady_jobs * 7, 1 + sizes.big_ps + sizes.big_workers)
     nodes = measure.add_nodes(api, busiest)
     metrics_port = free_port()
+    arguments = ["--metrics-port", str(metrics_port)]
+    launcher = "e2e.bench.traced" if args.trace_memory else "psoperator"
     operator = OperatorProcess(
-        operator_kubeconfig, "bench-ours-*", workdir / "operator.log", ["--metrics-port", str(metrics_port)]
+        operator_kubeconfig, "bench-ours-*", workdir / "operator.log", arguments, launcher
     )
+    memory_report = workdir / "memory.txt" if args.trace_memory else None
+    if memory_report:
+        operator.extra_env[traced.REPORT_ENV] = str(memory_report)
     processes: list[OperatorProcess] = [operator]
     try:
         operator.start()
@@ -240,7 +254,7 @@ def main() -> int:
             accounts["tfjob"] = measure.Account(peer.NAMESPACE, peer.ACCOUNT, "psoperator-bench-tfjob", 602)
         for account in accounts.values():
             measure.count_requests(api, account)
-        bench = scenarios.Bench(api, kubeconfig, operator, metrics_port, accounts)
+        bench = scenarios.Bench(api, kubeconfig, operator, metrics_port, accounts, memory_report)
         scenarios.wait_watching(bench)
         results = run(bench, sizes, args.scenarios, args.kinds)
     finally:

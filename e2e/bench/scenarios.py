@@ -10,6 +10,8 @@ watches every namespace, as installed, and acts on TFJobs only (`bench-tfjob-*`)
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -42,6 +44,7 @@ class Bench:
     operator: OperatorProcess
     metrics_port: int
     accounts: dict[str, measure.Account]  # of the kinds run by an operator: "ours", "tfjob"
+    memory_report: Path | None = None  # with --trace-memory: where e2e/bench/traced.py writes
 
 
 def job_manifest(name: str, ps: int, workers: int) -> Obj:
@@ -288,6 +291,7 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
     try:
         time.sleep(15)  # the last status writes of start-up
         idle = _window(bench, jobs, seconds, None)
+        trace_memory(bench, f"{jobs}-jobs-at-rest")
         with ChiefProgress() as progress:
             addresses = chief_addresses(bench, running.namespace)
             progress.serve(addresses)
@@ -299,6 +303,19 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
     finally:
         stop(bench, running)
     return {"idle": idle, "training": training, "after a restart": restarted}
+
+
+def trace_memory(bench: Bench, label: str) -> None:
+    """With --trace-memory: the operator's report of where its memory was allocated, kept as
+    memory-LABEL.txt beside it (e2e/bench/traced.py)."""
+    if bench.memory_report is None:
+        return
+    bench.memory_report.unlink(missing_ok=True)
+    assert bench.operator.pid is not None
+    os.kill(bench.operator.pid, signal.SIGUSR2)
+    wait_for(bench.memory_report.exists, timeout=TIMEOUT, interval=1.0, message="the memory report")
+    kept = bench.memory_report.rename(bench.memory_report.with_name(f"memory-{label}.txt"))
+    print(f"where the operator's memory is, {label}: {kept}", flush=True)
 
 
 def _restarted(bench: Bench, jobs: int, seconds: float) -> dict[str, float]:
