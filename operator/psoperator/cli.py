@@ -94,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         operator_namespace=args.operator_namespace or None,
         resync_seconds=args.resync_seconds,
         resyncs_per_second=args.resyncs_per_second,
+        fresh_reads_per_second=args.fresh_reads_per_second,
         progress_port=args.progress_port,
         kueue=args.kueue,
         faults=faults,
@@ -237,6 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=(
             "at most this many unwoken reconciles a second across all jobs: with more jobs than "
             "--resync-seconds times this, each job's resync (and progress poll) stretches to fit"
+        ),
+    )
+    run.add_argument(
+        "--fresh-reads-per-second",
+        type=_positive,
+        default=0.5,
+        help=(
+            "at most this many periodic fresh reads of a job (every 10 minutes each) a second across "
+            "all jobs: with more than 300 jobs at 0.5, each job's stretches to fit"
         ),
     )
     run.add_argument(

@@ -150,7 +150,7 @@ def test_the_real_command_accepts_the_charts_arguments(tmp_path: Path) -> None:
     assert "usage:" not in done.stderr and "kube-config" in done.stderr
 
 
-@pytest.mark.parametrize("flag", ["--resync-seconds", "--resyncs-per-second"])
+@pytest.mark.parametrize("flag", ["--resync-seconds", "--resyncs-per-second", "--fresh-reads-per-second"])
 def test_a_resync_pace_must_be_above_zero(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert getattr(parse_args(["run", flag, "2.5"]), flag.lstrip("-").replace("-", "_")) == 2.5
     with pytest.raises(SystemExit) as exit_info:

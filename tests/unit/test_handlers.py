@@ -716,6 +716,36 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     assert warnings == [unmade] and kube.reads == reads + 1
 
 
+def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each job is read fresh every 10 minutes, unless the jobs' reads together would pass
+    fresh_reads_per_second: 1,000 jobs at 0.5 a second are read every 2,000 s each, not 600."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = _as_created(job)
+    kube = OneJobKube(job, children)
+    state = OperatorState(kube, Metrics(), Config(fresh_read_seconds=600, fresh_reads_per_second=0.5))
+    state.cache.job_seen("team-a", "ctr", job)
+    for child in children:
+        state.cache.child_seen("ADDED", child)
+
+    def reads_after(seconds_since_read: float, jobs: int) -> int:
+        state.jobs = _looping(jobs)
+        state.cache.read_at[("team-a", "ctr")] = time.monotonic() - seconds_since_read
+        before = kube.reads
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        return kube.reads - before
+
+    reads_after(0, jobs=100)  # its first decision acts (reading fresh first); the next ones rest
+    assert reads_after(590, jobs=100) == 0
+    assert reads_after(610, jobs=100) == 1
+    assert reads_after(610, jobs=1000) == 0
+    assert reads_after(1990, jobs=1000) == 0
+    assert reads_after(2010, jobs=1000) == 1
+
+
 class PodsKube(OneJobKube):
     """OneJobKube whose reads list pods too (as Kube.list_pods gives them: passed through `keep`)."""
 

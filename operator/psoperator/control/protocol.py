@@ -12,7 +12,8 @@ another writer came first.
     reconcile_once
          |
          v
-    cache snapshot ---- none, or its last fresh read is older than fresh_read_seconds,
+    cache snapshot ---- none, or its last fresh read is older than fresh_read_seconds (stretched
+         |              past fresh_reads_per_second),
          |              and the job has a status ------------------> read fresh
          |                                                               |
          v                                                               v
@@ -75,7 +76,7 @@ UNEXPLAINED_RETRIES, UNEXPLAINED_WAIT = 6, 0.5
 STATUS_SPACING_SECONDS = 5.0
 # A plan that waits for pods to go (ReconcilePlan.awaits_departure) reads fresh at least this often:
 # a watch that re-listed (410 Gone, a cut stream) sends no DELETED for a pod gone meanwhile, and
-# the cache would hold the new chief until the next full read (fresh_read_seconds).
+# the cache would hold the new chief until the next periodic one (OperatorState.fresh_read_interval).
 DEPARTURE_RECHECK_SECONDS = 10.0
 
 
@@ -206,7 +207,7 @@ async def decide(
     if plan.render is None:
         return Decision(plan, report, [], [], now, facts=facts)
     inputs = sync_inputs(job, plan, seen.children)
-    # A child that could not be made is tried again at a fresh read (every fresh_read_seconds at
+    # A child that could not be made is tried again at a fresh read (the periodic one at
     # least): the object in its way may carry no job label, and then no watch sees it go.
     if job_state.in_sync == inputs and not (fresh and job_state.told):
         # The same as when its children were last found as rendered: a Running job's reconciles
@@ -237,14 +238,14 @@ async def reconcile_once(
 ) -> ReconcilePlan | None:
     """Decide from the cache; read fresh and decide again before acting or when a wait for pods to
     go outlasts DEPARTURE_RECHECK_SECONDS, or when the job's last fresh read is older than
-    `fresh_read_seconds` (or it has none: a new loop), unless the job was never acted on."""
+    `state.fresh_read_interval()` (or it has none: a new loop), unless the job was never acted on."""
     started = time.monotonic()
     key = (namespace, name)
     job_state = state.job(key, logger)
     seen = state.cache.snapshot(key)
     new = never_acted_on(seen)  # decided and acted on from the watch alone
     last_read = state.cache.read_at.get(key, -math.inf)
-    due = seen is None or started - last_read >= state.config.fresh_read_seconds
+    due = seen is None or started - last_read >= state.fresh_read_interval()
     fresh = due and not new
     if fresh:
         seen = await read_fresh(state, key)
