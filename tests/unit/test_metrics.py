@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from psoperator import cli
-from psoperator.api.models import PSTrainingJobStatus
+from psoperator.api.models import PSTrainingJobStatus, ReplicaStatus
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import ProgressReport
 from psoperator.kube import StaleJob
@@ -111,18 +111,28 @@ def test_a_job_lifetime_reads_as_the_issue_asks() -> None:
     assert value(metrics, "psoperator_job_max_restarts", **job_labels) == 5  # the default
 
 
-def test_a_reading_like_the_last_sets_no_gauge_but_still_counts() -> None:
-    """A Running job's reconciles mostly read the same: its ~30 gauges are not set again each time."""
+def test_a_reading_with_no_news_keeps_the_last_values_and_still_counts() -> None:
+    """A gauge reads as the last reading that had news of it: a reconcile without the chief's report
+    (no step, no rate) or without a role leaves the last step, rate and counts standing."""
     metrics = Metrics(clock=lambda: NOW.timestamp())
     labels = {"namespace": "team-a", "psjob": "ctr"}
-    reading = JobReading(phase=Phase.RUNNING, step=10, restarted_reason="ParameterServerLost")
+    ps = ReplicaStatus(desired=2, ready=2, running=2)
+    reading = JobReading(
+        phase=Phase.RUNNING,
+        step=10,
+        step_rate=2.5,
+        replicas={"ps": ps},
+        restarted_reason="ParameterServerLost",
+    )
     metrics.record("team-a", "ctr", reading)
-    metrics.step.labels("team-a", "ctr").set(-1)  # would be set back by a reading that sets its gauges
-    metrics.record("team-a", "ctr", reading)
-    assert value(metrics, "psoperator_job_step", **labels) == -1
+    metrics.record("team-a", "ctr", JobReading(phase=Phase.RUNNING, restarted_reason="ParameterServerLost"))
+    assert value(metrics, "psoperator_job_step", **labels) == 10
+    assert value(metrics, "psoperator_job_step_rate", **labels) == 2.5
+    assert value(metrics, "psoperator_job_replicas_ready", role="ps", **labels) == 2
     assert value(metrics, "psoperator_jobs_restarted_total", reason="ParameterServerLost") == 2
-    metrics.record("team-a", "ctr", JobReading(phase=Phase.RUNNING, step=11))
+    metrics.record("team-a", "ctr", JobReading(phase=Phase.RUNNING, step=11, step_rate=0.0))
     assert value(metrics, "psoperator_job_step", **labels) == 11
+    assert value(metrics, "psoperator_job_step_rate", **labels) == 0
 
 
 def test_500_jobs_created_and_deleted_leave_the_series_count_where_it_was() -> None:

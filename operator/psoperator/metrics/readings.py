@@ -6,7 +6,7 @@ registry.py puts readings on the registry; the kopf layer only passes them on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -72,6 +72,26 @@ def read_job(job: Obj, plan: ReconcilePlan, now: datetime) -> JobReading:
         startup_seconds=plan.startup_seconds,
         recovery_seconds=plan.recovery_seconds,
     )
+
+
+# What a reading may have no news of (None): the last reading's value stands, as a gauge set before would.
+CARRIED = (
+    "step",
+    "step_rate",
+    "checkpoint_step",
+    "checkpoint_interval_steps",
+    "checkpoint_interval_seconds",
+    "max_restarts",
+)
+
+
+def carried(last: JobReading | None, reading: JobReading) -> JobReading:
+    """`reading`, with what it has no news of (a field of CARRIED that is None, a role it lacks) as
+    `last` said."""
+    if last is None:
+        return reading
+    kept = {name: getattr(last, name) for name in CARRIED if getattr(reading, name) is None}
+    return replace(reading, replicas={**last.replicas, **reading.replicas}, **kept)
 
 
 def step_rate(old: PSTrainingJobStatus, new: PSTrainingJobStatus, now: datetime) -> float | None:

@@ -16,18 +16,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from psoperator.api.vocabulary import Phase
-from psoperator.metrics.readings import JobReading
+from psoperator.metrics.readings import JobReading, carried
 
-PHASES: tuple[str, ...] = tuple(Phase)
+PHASES: tuple[str, ...] = tuple(str(phase) for phase in Phase)
 OUTCOMES = ("ok", "error")
 # A job is `psjob` (kubectl's short name), not `job`: Prometheus gives every scraped series a `job`
 # label of its own (the scrape job's), which would rename ours to `exported_job`.
 NAMESPACE, JOB = ("namespace",), ("namespace", "psjob")
+JobKey = tuple[str, str]  # (namespace, job)
 # Seconds: a reconcile takes milliseconds; recovery and start-up take seconds to minutes.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SLOW_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
@@ -45,8 +45,11 @@ class Metrics:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.registry = CollectorRegistry()
         self.reference: list[MetricDoc] = []
-        self.per_job: list[MetricWrapperBase] = []  # every metric labelled by job: forgotten with it
-        self.readings: dict[tuple[str, str], JobReading] = {}  # the latest of each job
+        self.scraped: list[MetricDoc] = []  # those of the reference read from the readings when scraped
+        # The latest reading of each job (what no news left out carried over from the one before),
+        # and its pod restarts so far by (role, reason): its series, read when scraped.
+        self.readings: dict[JobKey, JobReading] = {}
+        self.pod_restarts: dict[JobKey, dict[tuple[str, str], int]] = {}
         self._jobs_metrics()
         self._job_metrics()
         self._operator_metrics()
@@ -74,61 +77,74 @@ class Metrics:
             NAMESPACE,
             SLOW_BUCKETS,
         )
-        self._doc("psoperator_jobs", "gauge", (*NAMESPACE, "phase"), "Jobs by phase.")
+        self._scraped("psoperator_jobs", "gauge", (*NAMESPACE, "phase"), "Jobs by phase.")
 
     def _job_metrics(self) -> None:
-        self.phase = self._gauge(
-            "psoperator_job_phase", "1 for the phase the job is in, 0 for the others.", (*JOB, "phase")
+        """The per-job gauges are read from each job's latest reading when scraped (_ReadingsCollector):
+        a job's series are its reading, and forgetting the job is dropping it."""
+        self._scraped(
+            "psoperator_job_phase",
+            "gauge",
+            (*JOB, "phase"),
+            "1 for the phase the job is in, 0 for the others.",
         )
-        self.replicas_desired = self._gauge(
-            "psoperator_job_replicas_desired", "Tasks of the role the spec asks for.", (*JOB, "role")
+        self._scraped(
+            "psoperator_job_replicas_desired", "gauge", (*JOB, "role"), "Tasks of the role the spec asks for."
         )
-        self.replicas_ready = self._gauge(
-            "psoperator_job_replicas_ready", "Pods of the role that are Ready.", (*JOB, "role")
+        self._scraped(
+            "psoperator_job_replicas_ready", "gauge", (*JOB, "role"), "Pods of the role that are Ready."
         )
-        self.replicas_running = self._gauge(
-            "psoperator_job_replicas_running", "Pods of the role that are Running.", (*JOB, "role")
+        self._scraped(
+            "psoperator_job_replicas_running", "gauge", (*JOB, "role"), "Pods of the role that are Running."
         )
-        self.replicas_restarts = self._gauge(
+        self._scraped(
             "psoperator_job_replicas_restarts",
+            "gauge",
+            (*JOB, "role"),
             "Container restarts and pod replacements of the role since the job's creation (its status: an "
             "operator restart does not reset it).",
-            (*JOB, "role"),
         )
-        self.pod_restarts = self._counter(
-            "psoperator_job_pod_restarts",
+        self._scraped(
+            "psoperator_job_pod_restarts_total",
+            "counter",
+            (*JOB, "role", "reason"),
             "Pod failures and restarts of the job's tasks, by role and reason (Error, OOMKilled, Evicted, "
             "Preempted, NodeLost, ...).",
-            (*JOB, "role", "reason"),
         )
-        self.step = self._gauge("psoperator_job_step", "Latest global step reported by the chief.", JOB)
-        self.step_rate = self._gauge(
+        self._scraped("psoperator_job_step", "gauge", JOB, "Latest global step reported by the chief.")
+        self._scraped(
             "psoperator_job_step_rate",
+            "gauge",
+            JOB,
             "Global steps per second between the last two steps reported; 0 once the step has not moved "
             "for a minute.",
-            JOB,
         )
-        self.checkpoint_step = self._gauge(
-            "psoperator_job_checkpoint_step", "Global step of the latest checkpoint.", JOB
-        )
-        self._doc(
+        self._scraped("psoperator_job_checkpoint_step", "gauge", JOB, "Global step of the latest checkpoint.")
+        self._scraped(
             "psoperator_job_checkpoint_age_seconds",
             "gauge",
             JOB,
             "Seconds since the latest checkpoint was written.",
         )
-        self.interval_steps = self._gauge(
-            "psoperator_job_checkpoint_interval_steps", "spec.checkpoint.intervalSteps, when set.", JOB
-        )
-        self.interval_seconds = self._gauge(
-            "psoperator_job_checkpoint_interval_seconds", "spec.checkpoint.intervalSeconds, when set.", JOB
-        )
-        self.counted_restarts = self._gauge(
-            "psoperator_job_counted_restarts",
-            "Restarts counted against spec.failurePolicy.maxRestarts (a newer checkpoint resets them).",
+        self._scraped(
+            "psoperator_job_checkpoint_interval_steps",
+            "gauge",
             JOB,
+            "spec.checkpoint.intervalSteps, when set.",
         )
-        self.max_restarts = self._gauge("psoperator_job_max_restarts", "spec.failurePolicy.maxRestarts.", JOB)
+        self._scraped(
+            "psoperator_job_checkpoint_interval_seconds",
+            "gauge",
+            JOB,
+            "spec.checkpoint.intervalSeconds, when set.",
+        )
+        self._scraped(
+            "psoperator_job_counted_restarts",
+            "gauge",
+            JOB,
+            "Restarts counted against spec.failurePolicy.maxRestarts (a newer checkpoint resets them).",
+        )
+        self._scraped("psoperator_job_max_restarts", "gauge", JOB, "spec.failurePolicy.maxRestarts.")
         self.recovery_seconds = self._histogram(
             "psoperator_job_recovery_seconds",
             "From a failure that restarts the chief (the pod's termination, disruption or deletion, in "
@@ -170,26 +186,24 @@ class Metrics:
     def _doc(self, name: str, type_: str, labels: Sequence[str], help_: str) -> None:
         self.reference.append(MetricDoc(name, type_, tuple(labels), help_))
 
-    def _keep(self, metric: MetricWrapperBase, labels: Sequence[str]) -> None:
-        if "psjob" in labels:
-            self.per_job.append(metric)
+    def _scraped(self, name: str, type_: str, labels: Sequence[str], help_: str) -> None:
+        """A metric read from the readings when scraped (_ReadingsCollector), not kept on the registry."""
+        self._doc(name, type_, labels, help_)
+        self.scraped.append(self.reference[-1])
 
     def _counter(self, name: str, help_: str, labels: Sequence[str]) -> Counter:
         self._doc(f"{name}_total", "counter", labels, help_)
         metric = Counter(name, help_, labels, registry=self.registry)
-        self._keep(metric, labels)
         return metric
 
     def _gauge(self, name: str, help_: str, labels: Sequence[str]) -> Gauge:
         self._doc(name, "gauge", labels, help_)
         metric = Gauge(name, help_, labels, registry=self.registry)
-        self._keep(metric, labels)
         return metric
 
     def _histogram(self, name: str, help_: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
         self._doc(name, "histogram", labels, help_)
         metric = Histogram(name, help_, labels, buckets=buckets, registry=self.registry)
-        self._keep(metric, labels)
         return metric
 
     def serve(self, port: int) -> None:
@@ -203,32 +217,15 @@ class Metrics:
         self.api_requests.labels(verb, resource, code).inc()
 
     def record(self, namespace: str, job: str, reading: JobReading) -> None:
-        """A job's reading after a reconcile whose status write succeeded. Its gauges are set only
-        when it differs from the job's last reading (a Running job's reconciles mostly read the same)."""
-        last = self.readings.get((namespace, job))
-        self.readings[(namespace, job)] = reading
+        """A job's reading after a reconcile whose status write succeeded: what happened is counted,
+        and the reading is kept for the job's gauges, what it has no news of as the last one said."""
+        key = (namespace, job)
         self._count(namespace, job, reading)
-        if reading == last:
-            return
-        for phase in PHASES:
-            self.phase.labels(namespace, job, phase).set(1 if phase == reading.phase else 0)
-        for role, counts in reading.replicas.items():
-            self.replicas_desired.labels(namespace, job, role).set(counts.desired)
-            self.replicas_ready.labels(namespace, job, role).set(counts.ready)
-            self.replicas_running.labels(namespace, job, role).set(counts.running)
-            self.replicas_restarts.labels(namespace, job, role).set(counts.restarts)
-        optional = (
-            (self.step, reading.step),
-            (self.step_rate, reading.step_rate),
-            (self.checkpoint_step, reading.checkpoint_step),
-            (self.interval_steps, reading.checkpoint_interval_steps),
-            (self.interval_seconds, reading.checkpoint_interval_seconds),
-            (self.counted_restarts, reading.counted_restarts),
-            (self.max_restarts, reading.max_restarts),
-        )
-        for gauge, value in optional:
-            if value is not None:
-                gauge.labels(namespace, job).set(value)
+        self.readings[key] = carried(self.readings.get(key), reading)
+        if reading.failures:
+            restarts = self.pod_restarts.setdefault(key, {})
+            for failure in reading.failures:
+                restarts[failure] = restarts.get(failure, 0) + 1
 
     def _count(self, namespace: str, job: str, reading: JobReading) -> None:
         """What happened in this reconcile."""
@@ -244,39 +241,68 @@ class Metrics:
             self.startup_seconds.labels(namespace).observe(reading.startup_seconds)
         if reading.recovery_seconds is not None:
             self.recovery_seconds.labels(namespace, job).observe(reading.recovery_seconds)
-        for role, reason in reading.failures:
-            self.pod_restarts.labels(namespace, job, role, reason).inc()
 
     def forget(self, namespace: str, job: str) -> None:
-        """The job is gone: so is every series that names it."""
+        """The job is gone: so is every series that names it (without a scan of the other jobs')."""
         self.readings.pop((namespace, job), None)
-        for metric in self.per_job:
-            metric.remove_by_labels({"namespace": namespace, "psjob": job})
+        self.pod_restarts.pop((namespace, job), None)
+        self.recovery_seconds.remove(namespace, job)
+
+
+def job_samples(reading: JobReading, now: float) -> Iterator[tuple[str, tuple[str, ...], float]]:
+    """Each per-job gauge the reading shows: (metric, its labels after namespace and psjob, value)."""
+    for phase in PHASES:
+        yield "psoperator_job_phase", (phase,), 1.0 if phase == reading.phase else 0.0
+    for role, counts in reading.replicas.items():
+        yield "psoperator_job_replicas_desired", (role,), counts.desired
+        yield "psoperator_job_replicas_ready", (role,), counts.ready
+        yield "psoperator_job_replicas_running", (role,), counts.running
+        yield "psoperator_job_replicas_restarts", (role,), counts.restarts
+    optional = (
+        ("psoperator_job_step", reading.step),
+        ("psoperator_job_step_rate", reading.step_rate),
+        ("psoperator_job_checkpoint_step", reading.checkpoint_step),
+        ("psoperator_job_checkpoint_interval_steps", reading.checkpoint_interval_steps),
+        ("psoperator_job_checkpoint_interval_seconds", reading.checkpoint_interval_seconds),
+        ("psoperator_job_counted_restarts", reading.counted_restarts),
+        ("psoperator_job_max_restarts", reading.max_restarts),
+    )
+    for name, value in optional:
+        if value is not None:
+            yield name, (), value
+    if reading.checkpoint_time is not None:
+        yield "psoperator_job_checkpoint_age_seconds", (), max(now - reading.checkpoint_time, 0.0)
 
 
 class _ReadingsCollector(Collector):
-    """What is computed at scrape time from the latest readings: jobs by phase, checkpoint ages."""
+    """What is computed at scrape time from the latest readings: jobs by phase, and every job's
+    gauges and pod restarts (a thousand jobs' series cost no objects of their own)."""
 
     def __init__(self, metrics: Metrics, clock: Callable[[], float]) -> None:
         self.metrics = metrics
         self.clock = clock
 
-    def _family(self, name: str) -> GaugeMetricFamily:
-        doc = next(d for d in self.metrics.reference if d.name == name)
-        return GaugeMetricFamily(doc.name, doc.help, labels=doc.labels)
+    def _family(self, doc: MetricDoc) -> GaugeMetricFamily | CounterMetricFamily:
+        family = CounterMetricFamily if doc.type == "counter" else GaugeMetricFamily
+        return family(doc.name, doc.help, labels=doc.labels)
 
     def collect(self) -> Iterator[Metric]:
-        readings = dict(self.metrics.readings)  # reconciles may add to it meanwhile
-        by_phase = self._family("psoperator_jobs")
+        metrics = self.metrics
+        readings = dict(metrics.readings)  # reconciles may add to it meanwhile
+        restarts = {key: dict(counts) for key, counts in list(metrics.pod_restarts.items())}
+        families = {doc.name: self._family(doc) for doc in metrics.scraped}
         counts: dict[tuple[str, str], int] = {}
         for (namespace, _), reading in readings.items():
             counts[(namespace, reading.phase)] = counts.get((namespace, reading.phase), 0) + 1
-        for labels, count in sorted(counts.items()):
-            by_phase.add_metric(list(labels), count)
-        ages = self._family("psoperator_job_checkpoint_age_seconds")
+        for (namespace, phase), count in sorted(counts.items()):
+            families["psoperator_jobs"].add_metric([namespace, phase], count)
         now = self.clock()
         for (namespace, job), reading in sorted(readings.items()):
-            if reading.checkpoint_time is not None:
-                ages.add_metric([namespace, job], max(now - reading.checkpoint_time, 0.0))
-        yield by_phase
-        yield ages
+            for name, labels, value in job_samples(reading, now):
+                families[name].add_metric([namespace, job, *labels], value)
+        for (namespace, job), by_failure in sorted(restarts.items()):
+            for (role, reason), count in sorted(by_failure.items()):
+                families["psoperator_job_pod_restarts_total"].add_metric(
+                    [namespace, job, role, reason], count
+                )
+        yield from families.values()
