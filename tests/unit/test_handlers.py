@@ -260,6 +260,30 @@ def test_with_many_jobs_the_resyncs_stretch_to_the_operators_pace() -> None:
     assert loop.resync_after(state, replace(running, requeue_after=3)) == 3
 
 
+def test_the_pace_is_counted_once_a_second_while_the_number_of_jobs_stays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counting the loops is O(jobs): 1,000 jobs' 20 reconciles a second count them once a second."""
+    state = OperatorState(RecordingKube(), Metrics(), Config(resync_seconds=10, resyncs_per_second=20))
+    state.jobs = _looping(1000)
+    counted = []
+    looping = state.looping
+
+    def counting() -> list[JobState]:
+        counted.append(1)
+        return looping()
+
+    monkeypatch.setattr(state, "looping", counting)
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    assert [loop.pace_stretch(state) for _ in range(20)] == [5.0] * 20 and len(counted) == 1
+    clock[0] += loop.PACE_RECOUNT_SECONDS
+    state.jobs[("ns", "job-0")].idle = True
+    assert loop.pace_stretch(state) < 5.0 and len(counted) == 2
+    state.jobs = _looping(500)  # fewer jobs: counted again at once
+    assert loop.pace_stretch(state) == 2.5 and len(counted) == 3
+
+
 def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -33,6 +33,9 @@ from psoperator.plan.draft import ReconcilePlan
 RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 # Timers are spread by this fraction either way, so jobs started together do not stay aligned.
 JITTER = 0.1
+# The jobs' loops are counted for the pace at most this often while their number stays: counting is
+# O(jobs), and at 1,000 jobs each of 20 reconciles a second would pay it (more than a standing one).
+PACE_RECOUNT_SECONDS = 1.0
 # A woken loop waits this long for the rest of a burst of events of the job's objects.
 SETTLE_SECONDS = 0.05
 
@@ -100,12 +103,18 @@ def is_idle(plan: ReconcilePlan | None) -> bool:
 
 
 def pace_stretch(state: OperatorState) -> float:
-    """How much every resync stretches so that all jobs' together stay within resyncs_per_second."""
+    """How much every resync stretches so that all jobs' together stay within resyncs_per_second;
+    counted again when the number of jobs changed or PACE_RECOUNT_SECONDS passed."""
+    now, (jobs, counted_at, stretch) = time.monotonic(), state.pace
+    if jobs == len(state.jobs) and now - counted_at < PACE_RECOUNT_SECONDS:
+        return stretch
     looping = state.looping()
     idle = sum(1 for job in looping if job.idle)
     config = state.config
     wanted = (len(looping) - idle) / config.resync_seconds + idle / config.idle_resync_seconds
-    return max(1.0, wanted / config.resyncs_per_second)
+    stretch = max(1.0, wanted / config.resyncs_per_second)
+    state.pace = (len(state.jobs), now, stretch)
+    return stretch
 
 
 def resync_after(state: OperatorState, plan: ReconcilePlan | None) -> float:

@@ -112,6 +112,8 @@ class OperatorState:
     kueue_checked_at: float = -math.inf
     # --- the jobs
     jobs: dict[JobKey, JobState] = field(default_factory=dict)
+    # The resyncs' stretch as last counted (control/loop.pace_stretch): (jobs then, when, stretch).
+    pace: tuple[int, float, float] = (0, -math.inf, 1.0)
 
     @property
     def leading(self) -> bool:
