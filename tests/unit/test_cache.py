@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from typing import Any
 
 from psoperator.api.labels import LABEL_JOB
 from psoperator.observe.cache import WatchCache
-from psoperator.observe.views import parse_pod
+from psoperator.observe.views import parse_pod, slim_child
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
 
@@ -183,3 +184,27 @@ def test_the_job_is_kept_without_its_managed_fields() -> None:
     kept = cache.jobs[(NS, "ctr")]
     assert "managedFields" not in kept["metadata"]
     assert kept == {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "managedFields"}}
+
+
+def test_the_kept_objects_of_two_jobs_share_one_copy_of_their_short_strings() -> None:
+    """Each watch event is parsed anew, so each job's objects come with their own copies of the same
+    keys, labels and kinds; the cache keeps one copy of each (1,000 jobs: about 23 MiB less)."""
+    cache = WatchCache()
+    bodies = {}
+    for name in ("a", "b"):
+        # As parsed from JSON: equal strings, not the same objects.
+        body = json.loads(json.dumps(_job(1, 3, phase="Running")))
+        body["metadata"]["name"] = name
+        bodies[name] = body
+        cache.job_seen(NS, name, body)
+        [service] = [json.loads(json.dumps(c)) for c in render_children(body) if c["kind"] == "Service"][:1]
+        cache.child_seen("ADDED", service)
+    a, b = cache.jobs[(NS, "a")], cache.jobs[(NS, "b")]
+    assert a["status"]["phase"] is b["status"]["phase"]
+    assert all(x is y for x, y in zip(a["spec"], b["spec"], strict=True))  # the keys
+    (sa,), (sb,) = (list(cache.children[(NS, name)].values()) for name in ("a", "b"))
+    assert sa.obj["metadata"]["labels"][LABEL_JOB] == "a" and sa.obj == slim_child(sa.obj)
+    assert all(
+        x is y for x, y in zip(sa.obj["metadata"]["labels"], sb.obj["metadata"]["labels"], strict=True)
+    )
+    assert a == bodies["a"]  # equal, only shared
