@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import kopf
@@ -56,6 +56,16 @@ def test_no_handler_makes_kopf_put_a_finalizer_on_jobs() -> None:
     spawning = registry._spawning.get_all_handlers()
     changing = registry._changing.get_all_handlers()
     assert not [h.id for h in [*spawning, *changing] if getattr(h, "requires_finalizer", False)]
+
+
+def test_kopf_builds_no_diff_base_since_no_handler_reads_one() -> None:
+    """kopf's diff base (a deep copy of every watched object at each event) is for change and spawning
+    handlers; the operator has only event handlers and indexes, so it builds an empty one."""
+    registry = kopf.get_default_registry()
+    assert not [*registry._spawning.get_all_handlers(), *registry._changing.get_all_handlers()]
+    storage = _configured().persistence.diffbase_storage
+    pod = kopf.Body(cast(kopf.RawBody, builders.pod("ps", 0)))
+    assert storage.build(body=pod) == {} and storage.fetch(body=pod) is None
 
 
 def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> None:
