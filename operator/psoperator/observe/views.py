@@ -395,12 +395,13 @@ def _metadata(obj: Obj) -> Obj:
 
 def interned(value: Any) -> Any:
     """`value` rebuilt with its strings shorter than INTERN_BELOW interned, keys too: the keys, labels,
-    kinds and roles of every job's kept objects are then one copy each (a slim Service: 3.8 -> 1.5 KiB)."""
+    kinds and roles of every job's kept objects are then one copy each (a slim Service: 3.8 -> 1.5 KiB).
+    Only plain strings: sys.intern refuses a subclass (a StrEnum)."""
     if isinstance(value, dict):
-        return {sys.intern(k) if isinstance(k, str) else k: interned(v) for k, v in value.items()}
+        return {sys.intern(k) if type(k) is str else k: interned(v) for k, v in value.items()}
     if isinstance(value, list):
         return [interned(item) for item in value]
-    if isinstance(value, str) and len(value) < INTERN_BELOW:
+    if type(value) is str and len(value) < INTERN_BELOW:
         return sys.intern(value)
     return value
 
