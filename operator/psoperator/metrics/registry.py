@@ -1,7 +1,8 @@
 """Prometheus metrics of the operator, on a registry made at start-up (not at import).
 
-What they show of a job is computed by readings.py; this module puts it on the registry and takes
-every series of a job off when the job is deleted, so deleted jobs leave nothing behind. The
+What they show of a job is computed by readings.py; this module keeps each job's latest reading,
+from which its series are read when scraped, and drops it when the job is deleted, so deleted jobs
+leave nothing behind (and a thousand jobs' series are no objects of their own). The
 counters of a namespace (jobs created, succeeded, failed, restarted) stay: they are bounded by the
 namespaces, not the jobs. No label holds a pod's name.
 
@@ -193,18 +194,15 @@ class Metrics:
 
     def _counter(self, name: str, help_: str, labels: Sequence[str]) -> Counter:
         self._doc(f"{name}_total", "counter", labels, help_)
-        metric = Counter(name, help_, labels, registry=self.registry)
-        return metric
+        return Counter(name, help_, labels, registry=self.registry)
 
     def _gauge(self, name: str, help_: str, labels: Sequence[str]) -> Gauge:
         self._doc(name, "gauge", labels, help_)
-        metric = Gauge(name, help_, labels, registry=self.registry)
-        return metric
+        return Gauge(name, help_, labels, registry=self.registry)
 
     def _histogram(self, name: str, help_: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
         self._doc(name, "histogram", labels, help_)
-        metric = Histogram(name, help_, labels, buckets=buckets, registry=self.registry)
-        return metric
+        return Histogram(name, help_, labels, buckets=buckets, registry=self.registry)
 
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
