@@ -22,13 +22,13 @@ from prometheus_client.registry import Collector
 
 from psoperator.api.vocabulary import Phase
 from psoperator.metrics.readings import JobReading, carried
+from psoperator.observe.cache import JobKey
 
 PHASES: tuple[str, ...] = tuple(str(phase) for phase in Phase)
 OUTCOMES = ("ok", "error")
 # A job is `psjob` (kubectl's short name), not `job`: Prometheus gives every scraped series a `job`
 # label of its own (the scrape job's), which would rename ours to `exported_job`.
 NAMESPACE, JOB = ("namespace",), ("namespace", "psjob")
-JobKey = tuple[str, str]  # (namespace, job)
 # Seconds: a reconcile takes milliseconds; recovery and start-up take seconds to minutes.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SLOW_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
