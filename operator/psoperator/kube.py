@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
+from psoperator.observe.views import owned_by
 from psoperator.plan.children import ChildChange, ChildVerb, plan_children
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import changeable
@@ -112,6 +113,10 @@ class ApplyResult:
     deleted: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    # The children as the API server answered the creates and patches (and the job's own that a
+    # create found there already), `kind` set on each: for the watch cache, which would otherwise
+    # lag the operator's own writes by their watch events.
+    written: list[Obj] = field(default_factory=list)
 
 
 def api_failure(error: BaseException) -> str | None:
@@ -333,38 +338,52 @@ class Kube:
             return
         try:
             if change.verb is ChildVerb.CREATE:
-                self._call("POST", self._path(kind, namespace), change.manifest)
+                written = self._call("POST", self._path(kind, namespace), change.manifest)
                 result.created.append(ref)
             else:
                 path = self._path(kind, namespace, name)
                 if change.merge_first is not None:
                     self._call("PATCH", path, change.merge_first, content_type="application/merge-patch+json")
-                self._patch(path, change.manifest)
+                written = self._patch(path, change.manifest)
                 result.patched.append(ref)
+            result.written.append({**written, "kind": kind})
         except ApiException as error:
             if change.verb is ChildVerb.CREATE and _already_exists(error):
-                result.conflicts.append(ref)
+                self._exists(namespace, change.manifest, result)
             elif error.status in REFUSALS:
                 result.rejected.append(f"{ref}: {_reason(error)}")
             else:
                 raise
 
-    def _patch(self, path: str, manifest: Obj) -> None:
+    def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> None:
+        """A create refused as already existing: the job's own child, made by an earlier reconcile
+        that the watch has not shown yet (kept as it is), or a stranger's of the same name (a
+        conflict, left alone). Listed by name: the chart grants list and watch on children, not get."""
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        owner = manifest["metadata"]["ownerReferences"][0]["uid"]
+        query = [("fieldSelector", f"metadata.name={name}")]
+        listed = self._call("GET", self._path(kind, namespace), query=query).get("items", [])
+        own = [item for item in listed if owned_by(item, owner)]
+        if own:
+            result.written.append({**own[0], "kind": kind})
+        else:
+            result.conflicts.append(f"{kind}/{name}")
+
+    def _patch(self, path: str, manifest: Obj) -> Obj:
         if manifest["kind"] in _MERGE_PATCHED:
             # Only the fields a Job (or a Workload) lets change, as a merge patch: an apply of the
             # partial object would remove the immutable fields it leaves out, and one of the whole
             # is refused.
             # A dict: the client JSON-encodes bodies of JSON content types (a str would be sent as
             # a JSON string, which the API server refuses).
-            self._call(
+            return self._call(
                 "PATCH",
                 path,
                 changeable(manifest),
                 content_type="application/merge-patch+json",
                 query=[("fieldManager", FIELD_MANAGER)],
             )
-            return
-        self._call(
+        return self._call(
             "PATCH",
             path,
             json.dumps(manifest),

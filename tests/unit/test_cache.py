@@ -208,3 +208,45 @@ def test_the_kept_objects_of_two_jobs_share_one_copy_of_their_short_strings() ->
         x is y for x, y in zip(sa.obj["metadata"]["labels"], sb.obj["metadata"]["labels"], strict=True)
     )
     assert a == bodies["a"]  # equal, only shared
+
+
+def test_a_read_of_some_kinds_drops_only_what_it_read_and_is_not_the_jobs_full_read() -> None:
+    """The read before acting lists the job's pods and chief Jobs (control/protocol.py ACT_READ):
+    a chief Job it no longer found goes; a Service it did not read stays, and the job's next full
+    read is still due when it was."""
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    children = render_children(job())
+    for child in children:
+        cache.child_seen("ADDED", child)
+    cache.read_fresh(key, _job(1, 2), [], [], time.monotonic(), ["Job"])
+    snapshot = cache.snapshot(key)
+    assert snapshot is not None
+    kept = {(c["kind"], c["metadata"]["name"]) for c in snapshot.children}
+    assert kept == {(c["kind"], c["metadata"]["name"]) for c in children if c["kind"] != "Job"}
+    assert key not in cache.read_at and key in cache.pods_read_at
+
+
+def test_a_late_watch_event_does_not_replace_the_operators_own_write() -> None:
+    """The operator keeps a child as the API server answered its patch (version 9); the watch then
+    delivers the version before it (8), the patch's own (9) and a later one (10)."""
+    cache = WatchCache()
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    statefulset = next(c for c in render_children(job()) if c["kind"] == "StatefulSet")
+
+    def version(number: int) -> Obj:
+        return {**statefulset, "metadata": {**statefulset["metadata"], "resourceVersion": str(number)}}
+
+    def kept() -> Any:
+        snapshot = cache.snapshot((NS, "ctr"))
+        assert snapshot is not None
+        [child] = snapshot.children
+        return child["metadata"]["resourceVersion"]
+
+    cache.child_seen("MODIFIED", version(9))
+    cache.child_seen("MODIFIED", version(8))
+    assert kept() == "9"
+    cache.child_seen("MODIFIED", version(9))
+    cache.child_seen("MODIFIED", version(10))
+    assert kept() == "10"

@@ -667,12 +667,14 @@ class OneJobKube(RecordingKube):
     def __init__(self, job: Any, children: list[Any]) -> None:
         super().__init__()
         self.job, self.children, self.reads = job, children, 0
+        self.listed: list[str] = []  # the kinds of children read, in order
 
     def get_job(self, namespace: str, name: str) -> Any:
         self.reads += 1
         return copy.deepcopy(self.job)
 
     def list_children(self, namespace: str, job_name: str, kind: str) -> list[Any]:
+        self.listed.append(kind)
         return [copy.deepcopy(c) for c in self.children if c["kind"] == kind]
 
     def list_pods(self, namespace: str, job_name: str, keep: Any) -> list[Any]:
@@ -748,6 +750,34 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     state.cache.read_at.clear()
     reconcile()
     assert warnings == [unmade] and kube.reads == reads + 1
+
+
+def test_a_reconcile_about_to_act_reads_its_chief_jobs_fresh_and_keeps_what_it_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 26: before acting, the job, its pods and its chief Jobs are read fresh (3 requests; 7
+    with every kind of child), the other children come from the watch cache. The Service created is
+    kept as the API server answered it: the next reconcile, the watch still silent, makes nothing."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = _as_created(job)
+    service = next(c for c in children if c["kind"] == "Service")
+    kube = OneJobKube(job, [c for c in children if c is not service])
+    kube.wire.answers = [service]  # the create's answer
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+    for child in kube.children:
+        state.cache.child_seen("ADDED", child)
+    state.cache.read_at[("team-a", "ctr")] = time.monotonic()  # read in full lately
+
+    def reconcile() -> list[tuple[str, str]]:
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        return [call for call in kube.calls if call[0] == "POST"]
+
+    assert reconcile() == [("POST", "/api/v1/namespaces/team-a/services")]
+    assert kube.listed == ["Job"] and kube.reads == 1
+    assert len(reconcile()) == 1 and kube.listed == ["Job"]
 
 
 def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(

@@ -351,11 +351,11 @@ def test_a_progress_port_that_takes_the_connection_and_never_answers_is_not_serv
 
 @pytest.mark.parametrize("reason", ["AlreadyExists", "Conflict"])
 def test_only_a_create_refused_as_already_existing_is_a_name_conflict(reason: str) -> None:
-    """409 AlreadyExists: an object has the name (the job's own, not watched yet, or a stranger's).
-    Any other 409 (e2e/faultproxy.py's injected Conflict held a PS StatefulSet back as a "conflict"
-    until the job's next full read, minutes on) is raised, and the reconcile tries again."""
+    """409 AlreadyExists: an object has the name (here a stranger's). Any other 409
+    (e2e/faultproxy.py's injected Conflict held a PS StatefulSet back as a "conflict" until the job's
+    next full read, minutes on) is raised, and the reconcile tries again."""
     kube = RecordingKube()
-    kube.wire.status = 409
+    kube.wire.statuses = [409]
     kube.wire.answers = [{"kind": "Status", "code": 409, "reason": reason}]
     [statefulset] = [c for c in render_children(job()) if c["kind"] == "StatefulSet"][:1]
     change = ChildChange(statefulset, ChildVerb.CREATE)
@@ -365,3 +365,39 @@ def test_only_a_create_refused_as_already_existing_is_a_name_conflict(reason: st
     else:
         with pytest.raises(ApiException):
             kube.make_changes(NS, [change], [])
+
+
+@pytest.mark.parametrize("owner", ["the job", "a stranger"])
+def test_a_create_refused_as_already_existing_lists_the_name_to_tell_the_jobs_own_from_a_strangers(
+    owner: str,
+) -> None:
+    """A reconcile decided from a watch that has not shown the job's own child yet creates it again:
+    the 409 is answered by a list by name (the chart grants list, not get). The job's own is kept as
+    written (for the watch cache), not told as a NameConflict; a stranger's is a conflict."""
+    [statefulset] = [c for c in render_children(job()) if c["kind"] == "StatefulSet"][:1]
+    name = statefulset["metadata"]["name"]
+    there = _live([statefulset])[0]
+    if owner == "a stranger":
+        there["metadata"]["ownerReferences"] = [{"kind": "Deployment", "name": "web", "uid": "other"}]
+    kube = RecordingKube()
+    kube.wire.statuses = [409]
+    kube.wire.answers = [{"kind": "Status", "code": 409, "reason": "AlreadyExists"}, {"items": [there]}]
+    result = kube.make_changes(NS, [ChildChange(statefulset, ChildVerb.CREATE)], [])
+    method, url, *_ = kube.wire.sent[-1]
+    listed = (
+        f"https://api.test/apis/apps/v1/namespaces/{NS}/statefulsets?fieldSelector=metadata.name%3D{name}"
+    )
+    assert (method, url) == ("GET", listed)
+    if owner == "the job":
+        assert result.conflicts == [] and result.written == [{**there, "kind": "StatefulSet"}]
+    else:
+        assert result.conflicts == [f"StatefulSet/{name}"] and result.written == []
+
+
+def test_the_api_servers_answers_to_creates_and_patches_are_kept_for_the_watch_cache() -> None:
+    desired = render_children(job())
+    answers = _live(desired)
+    kube = RecordingKube()
+    kube.wire.answers = list(answers)
+    result = kube.make_changes(NS, [ChildChange(m, ChildVerb.CREATE) for m in desired], [])
+    assert result.written == answers

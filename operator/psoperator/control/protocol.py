@@ -2,10 +2,12 @@
 the order of its writes.
 
 A reconcile decides from what the watches delivered (observe/cache.py). One that is about to act
-(create, patch or delete a child, delete a pod, restart the chief, emit an event) reads the job and
-its children fresh from the API and decides again: the watch may lag the API server by a few
-events, and the restart counter must be read where it was last written, or a restart could be
-made twice. A job never acted on (no status: nothing of ours exists yet) is the exception: its
+(create, patch or delete a child, delete a pod, restart the chief, emit an event) reads the job, its
+pods and its chief Jobs fresh from the API (ACT_READ: 3 requests; every kind of child is 7) and
+decides again: the watch may lag the API server by a few events, and the restart counter and the
+chief's attempt must be read where they were last written, or a restart could be made twice. The
+other children come from the cache, which holds the operator's own writes as the API server answered
+them. A job never acted on (no status: nothing of ours exists yet) is the exception: its
 status write names the version it was decided on, and the API server refuses it (StaleJob) if
 another writer came first.
 
@@ -14,7 +16,7 @@ another writer came first.
          v
     cache snapshot ---- none, or its last fresh read is older than fresh_read_seconds (stretched
          |              past fresh_reads_per_second),
-         |              and the job has a status ------------------> read fresh
+         |              and the job has a status ------------------> read fresh (in full)
          |                                                               |
          v                                                               v
       decide <-----------------------------------------------------------+
@@ -28,7 +30,7 @@ another writer came first.
          |
          +-- decided from the cache, acts (or has waited DEPARTURE_RECHECK_SECONDS since its
          |   last fresh read for pods to go), the job has a status
-         |   --> read fresh, decide again (with the progress report already read)
+         |   --> read fresh (ACT_READ), decide again (with the progress report already read)
          v
        act: write the status once (with the resourceVersion it was computed from)
             -> post the plan's events -> change children -> delete pods (all at once)
@@ -78,6 +80,12 @@ STATUS_SPACING_SECONDS = 5.0
 # a watch that re-listed (410 Gone, a cut stream) sends no DELETED for a pod gone meanwhile, and
 # the cache would hold the new chief until the next periodic one (OperatorState.fresh_read_interval).
 DEPARTURE_RECHECK_SECONDS = 10.0
+# The children a reconcile about to act reads fresh, besides the job and its pods: its chief Jobs,
+# whose attempt a restart decides on, and a queued job's Workload, whose admission Kueue writes. The
+# other children are the cache's, which has the operator's own writes from their answers (act): one
+# the watch has not shown yet is created again, and the API server's 409 tells the job's own from a
+# stranger's (Kube._exists).
+ACT_READ = ("Job", *QUEUE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -100,21 +108,27 @@ class Decision:
         return not (acts or asks or plan.write_now or self.changes or self.conflicts)
 
 
-async def read_fresh(state: OperatorState, key: JobKey) -> Snapshot | None:
-    """The job, its children and its pods from the API (and into the cache); None once it is gone."""
+async def read_fresh(state: OperatorState, key: JobKey, full: bool = True) -> Snapshot | None:
+    """The job, its pods and its children (`full`; else those of ACT_READ) from the API and into the
+    cache, the other children from the cache; None once the job is gone."""
     started = time.monotonic()
     job = await in_thread(state.kube.get_job, *key)
     if job is None:
         return None
     queued = await kueue.lists_workloads(state, job)
-    kinds = [kind for kind in CHILD_KINDS if queued or kind not in QUEUE_KINDS]
+    kinds = [kind for kind in (CHILD_KINDS if full else ACT_READ) if queued or kind not in QUEUE_KINDS]
     *listed, pods = await asyncio.gather(
         *(in_thread(state.kube.list_children, *key, kind) for kind in kinds),
         in_thread(state.kube.list_pods, *key, parse_pod),
     )
     children = [child for kind in listed for child in kind]
-    state.remember_vanished(state.cache.read_fresh(key, job, children, pods, started))
-    return Snapshot(job, children, pods)
+    read = None if full else kinds
+    state.remember_vanished(state.cache.read_fresh(key, job, children, pods, started, read))
+    if full:
+        return Snapshot(job, children, pods)
+    cached = state.cache.snapshot(key)
+    kept = [c for c in cached.children if c["kind"] not in kinds] if cached is not None else []
+    return Snapshot(job, children + kept, pods)
 
 
 async def observe(
@@ -236,9 +250,10 @@ def never_acted_on(seen: Snapshot | None) -> bool:
 async def reconcile_once(
     state: OperatorState, namespace: str, name: str, logger: Any
 ) -> ReconcilePlan | None:
-    """Decide from the cache; read fresh and decide again before acting or when a wait for pods to
-    go outlasts DEPARTURE_RECHECK_SECONDS, or when the job's last fresh read is older than
-    `state.fresh_read_interval()` (or it has none: a new loop), unless the job was never acted on."""
+    """Decide from the cache; read fresh (ACT_READ) and decide again before acting or when a wait
+    for pods to go outlasts DEPARTURE_RECHECK_SECONDS since their last read; read in full when the
+    job's last full read is older than `state.fresh_read_interval()` (or it has none: a new loop),
+    unless the job was never acted on."""
     started = time.monotonic()
     key = (namespace, name)
     job_state = state.job(key, logger)
@@ -254,7 +269,8 @@ async def reconcile_once(
     decision = await decide(state, job_state, seen, fresh)
     if decision.stands:
         return decision.plan
-    waited = started - last_read >= DEPARTURE_RECHECK_SECONDS
+    pods_read = max(last_read, state.cache.pods_read_at.get(key, -math.inf))
+    waited = started - pods_read >= DEPARTURE_RECHECK_SECONDS
     recheck = not fresh and not new and decision.plan.awaits_departure and waited
     since_write = started - state.cache.written_at.get(key, -math.inf)
     if decision.quiet and since_write < STATUS_SPACING_SECONDS and not recheck:
@@ -262,7 +278,7 @@ async def reconcile_once(
         requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
         return replace(decision.plan, requeue_after=requeue)
     if recheck or (not fresh and not new and not decision.quiet):
-        seen = await read_fresh(state, key)
+        seen = await read_fresh(state, key, full=False)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None
         decision = await decide(state, job_state, seen, True, decision.report)
@@ -317,6 +333,8 @@ async def act(
     # is in place before its pods go, or its controller makes them again as they were.
     if decision.changes or decision.conflicts:
         result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
+        for child in result.written:
+            state.cache.child_seen("MODIFIED", child)
         tell_unmade(job_state, job, decision, result)
         if result.created or result.deleted:
             logger.info("created %s, deleted %s", result.created, result.deleted)

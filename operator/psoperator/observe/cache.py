@@ -2,19 +2,22 @@
 
 kopf already streams every job and, through server-side label selectors (handlers.configure), only
 the children and pods that carry a job's label; the event handlers keep the latest version of each
-here, so a reconcile lists nothing. A reconcile that is about to act (create, patch or delete a
-child, delete a pod, restart the chief, emit an event) reads the job and its children fresh from the
-API and decides again (control/protocol.py): the watch may lag the API server by a few events,
-and the restart counter must be read where it was last written, or a restart could be made twice.
-A fresh read also adds what the watch has not delivered yet and drops what vanished unseen (a watch
-that restarted after its history was compacted sends no DELETED for objects gone meanwhile), which
-is why a reconcile waiting for pods to go reads fresh now and then too.
+here, so a reconcile lists nothing. The operator's own creates and patches are kept as the API
+server answered them, before their watch events arrive. A reconcile that is about to act (create,
+patch or delete a child, delete a pod, restart the chief, emit an event) reads the job, its pods and
+its chief Jobs fresh from the API and decides again (control/protocol.py): the watch may lag the API
+server by a few events, and the restart counter and the chief's attempt must be read where they were
+last written, or a restart could be made twice. Now and then a full read (every kind of child) also
+adds what the watch has not delivered and drops what vanished unseen (a watch that restarted after
+its history was compacted sends no DELETED for objects gone meanwhile), which is why a reconcile
+waiting for pods to go reads them fresh now and then too.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +53,8 @@ class WatchCache:
     jobs: dict[JobKey, Obj] = field(default_factory=dict)
     children: dict[JobKey, dict[ChildKey, _Entry]] = field(default_factory=lambda: defaultdict(dict))
     pods: dict[JobKey, dict[str, _Entry]] = field(default_factory=lambda: defaultdict(dict))
-    read_at: dict[JobKey, float] = field(default_factory=dict)  # the last fresh read of each job
+    read_at: dict[JobKey, float] = field(default_factory=dict)  # the last full read of each job
+    pods_read_at: dict[JobKey, float] = field(default_factory=dict)  # the last read of its pods
     written_at: dict[JobKey, float] = field(default_factory=dict)  # the operator's last status write
     # The uids of the objects whose DELETED the watch delivered since the job's last fresh read: a
     # read under way then may still list them, and must not bring them back.
@@ -97,11 +101,14 @@ class WatchCache:
             if not store[owner]:
                 del store[owner]
         else:
-            store[owner][key] = kept
+            held = store[owner].get(key)
+            if held is None or kept.version >= held.version:  # else the echo of a write kept already
+                store[owner][key] = kept
         return owner
 
     def forget(self, key: JobKey) -> None:
-        for store in (self.jobs, self.children, self.pods, self.read_at, self.written_at, self.gone):
+        stores = (self.jobs, self.children, self.pods, self.read_at, self.pods_read_at, self.written_at)
+        for store in (*stores, self.gone):
             store.pop(key, None)
 
     def snapshot(self, key: JobKey) -> Snapshot | None:
@@ -112,22 +119,32 @@ class WatchCache:
         return Snapshot(job, children, [e.obj for e in self.pods.get(key, {}).values()])
 
     def read_fresh(
-        self, key: JobKey, job: Obj, children: list[Obj], pods: list[PodView], started: float
+        self,
+        key: JobKey,
+        job: Obj,
+        children: list[Obj],
+        pods: list[PodView],
+        started: float,
+        kinds: Collection[str] | None = None,
     ) -> list[PodView]:
-        """A fresh read of the job (begun at `started`; its pods parsed already): add what the watch
-        has not shown yet, drop what it last showed before the read began and the read no longer
-        found, and leave out what the watch saw deleted meanwhile. A later read begins after every
-        deletion seen so far, so none of them is kept for it. Returns the pods it dropped or found
-        replaced, as the watch last showed them: gone, and the watch has not said how yet."""
+        """A fresh read of the job (begun at `started`; its pods parsed already; its children of
+        `kinds`, or of every kind: None, a full read): add what the watch has not shown yet, drop
+        what it last showed before the read began and the read no longer found, and leave out what
+        the watch saw deleted meanwhile. A later read begins after every deletion seen so far, so
+        none of them is kept for it. Returns the pods it dropped or found replaced, as the watch last
+        showed them: gone, and the watch has not said how yet."""
         self.job_seen(*key, job)
-        self.read_at[key] = started
+        self.pods_read_at[key] = started
+        if kinds is None:
+            self.read_at[key] = started
         gone = self.gone.pop(key, set())
         slim = {
             (str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c), _uid(c)) for c in children
         }
-        self._merge(self.children, key, slim, started, gone)
+        self._merge(self.children, key, slim, started, gone, lambda child: kinds is None or child[0] in kinds)
         pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
-        return [entry.obj for entry in self._merge(self.pods, key, pods_listed, started, gone)]
+        dropped = self._merge(self.pods, key, pods_listed, started, gone, lambda _: True)
+        return [entry.obj for entry in dropped]
 
     @staticmethod
     def _merge(
@@ -136,10 +153,11 @@ class WatchCache:
         listed: dict[Any, _Entry],
         started: float,
         gone: set[str],
+        was_read: Callable[[Any], bool],
     ) -> list[_Entry]:
         """Merge a read into the store; the entries it dropped, or replaced by another object."""
         entries, dropped = store[key], []
-        for name in [n for n, e in entries.items() if n not in listed and e.seen < started]:
+        for name in [n for n, e in entries.items() if n not in listed and e.seen < started and was_read(n)]:
             dropped.append(entries.pop(name))
         for name, entry in listed.items():
             kept = entries.get(name)
