@@ -21,6 +21,7 @@ import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
+from psoperator.control import heap
 from psoperator.control.leader import Elector
 from psoperator.control.loop import follow, lead, start_loop, stop_loop, stop_loops, wake
 from psoperator.control.state import OperatorState
@@ -95,6 +96,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
             state.kube, state.election, lead=lambda: lead(state), follow=lambda: follow(state)
         )
         state.election_task = asyncio.create_task(state.elector.run(), name="leader-election")
+    state.heap_task = asyncio.create_task(heap.trim_every(), name="heap-trim")
 
 
 @kopf.on.startup(id="crd-served")
@@ -118,10 +120,11 @@ async def wait_for_the_crd(memo: Any, logger: Any, **_: Any) -> None:
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     state = _state(memo)
-    if state.election_task is not None:
-        state.election_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await state.election_task
+    for task in (state.election_task, state.heap_task):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     await stop_loops(state)
     if state.elector is not None:
         await state.elector.release()

@@ -93,6 +93,7 @@ class OperatorState:
     election: Election | None = None
     elector: Elector | None = None
     election_task: asyncio.Task[None] | None = None
+    heap_task: asyncio.Task[None] | None = None  # control/heap.py
     # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.
