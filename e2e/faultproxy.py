@@ -149,8 +149,14 @@ class FaultProxy:
         self, upstream: aiohttp.ClientResponse, response: web.StreamResponse, request: web.Request
     ) -> None:
         async def relay() -> None:
+            # Whole events only (one JSON object a line), as an API server ends a watch: a 410
+            # written after half an event made one line of both, which kopf cannot parse (it ended
+            # the operator: CI on 0203c80).
+            pending = b""
             async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
+                *events, pending = (pending + chunk).split(b"\n")
+                if events:
+                    await response.write(b"\n".join(events) + b"\n")
 
         try:
             await asyncio.wait_for(relay(), timeout=self.random.uniform(2, 10))
