@@ -204,7 +204,8 @@ def _arguments() -> argparse.Namespace:
         "--trace-memory",
         action="store_true",
         help="run the operator under tracemalloc and report where its memory is after the steady "
-        "scenario's window at rest (e2e/bench/traced.py; its CPU figures are then not the operator's)",
+        "scenario's windows at rest and after the restart (e2e/bench/traced.py; its CPU figures are "
+        "then not the operator's)",
     )
     args = parser.parse_args()
     args.scenarios = [s for s in args.scenarios.split(",") if s]

@@ -300,6 +300,7 @@ def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
                      interval=1.0, message="every chief asked for its progress")  # fmt: skip
             training = _window(bench, jobs, seconds, progress)
         restarted = _restarted(bench, jobs, seconds)
+        trace_memory(bench, f"{jobs}-jobs-after-a-restart")
     finally:
         stop(bench, running)
     return {"idle": idle, "training": training, "after a restart": restarted}

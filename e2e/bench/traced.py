@@ -1,7 +1,7 @@
 """`python -m e2e.bench.traced ARGS`: the operator (`python -m psoperator ARGS`) with tracemalloc on.
 SIGUSR2 writes where its live memory was allocated to the file named by $PSOPERATOR_MEMORY_REPORT:
 the total, then the largest sources by file, by line and by call chain. `python -m e2e.bench
---trace-memory` runs the operator this way and asks for a report after the steady scenario's window
+--trace-memory` runs the operator this way and asks for a report after the steady scenario's windows
 at rest (its CPU figures are then not the operator's own: tracing slows every allocation)."""
 
 from __future__ import annotations
