@@ -125,6 +125,8 @@ def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, list[dict[str, Any
         for kind, r in restarting.items():
             lines.append(_row(f"{label}: PS failure -> new chief ({kind})", _percentile_text(r["seconds"])))
             lines += [_row(f"  {s.replace('_', ' ')}", _percentile_text(r[s])) for s in STAGES]
+            if "deciding" in r:
+                lines += _deciding_rows(r["deciding"])
         if len(restarting) > 1:
             p = {kind: measure.percentiles(r["seconds"]) for kind, r in restarting.items()}
             lines.append(_row("  new chief", f"p50 {_ratios(p, 'p50')}; p99 {_ratios(p, 'p99')}"))
@@ -133,6 +135,21 @@ def _recovery_rows(sizes: dict[str, Any], recovery: dict[str, list[dict[str, Any
             text = _percentile_text(r["ps_replaced_seconds"])
             lines.append(_row(f"{label}: PS failure -> new PS Running ({kind})", text, restarted))
     return lines
+
+
+def _deciding_rows(d: dict[str, Any]) -> list[str]:
+    """The operator from the failures until every old chief was asked to stop (measure.load_between)."""
+    requests = ", ".join(f"{verb} {count:.0f} at {ms:.0f} ms" for verb, (count, ms) in d["requests"].items())
+    count, ms = d["reconciles"]
+    reconciles = f"{count:.0f} at {ms:.0f} ms; {d['reconciles_at_once']:.1f}"
+    return [
+        _row(
+            f"  while deciding, {d['seconds']:.1f}s: CPU (the event loop's)",
+            f"{d['cpu_percent']:.0f}% ({d['loop_cpu_percent']:.0f}%) of a core",
+        ),
+        _row("    API requests: count at mean; in flight", f"{requests}; {d['requests_in_flight']:.1f}"),
+        _row("    reconciles: count at mean; at once", reconciles),
+    ]
 
 
 def _steady_rows(sizes: dict[str, Any], steady: dict[str, dict[str, float]]) -> list[str]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import statistics
 import threading
+import time
 import urllib.request
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,9 +104,67 @@ def requests(kubeconfig: Path, account: Account) -> Requests:
     return Requests(writes, others)
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """The CPU time of process `pid`, or of its thread `thread` alone (the main thread's id is `pid`)."""
+    stat = Path(f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Load:
+    """The operator's counters at one moment: the CPU time of the process and of its main thread
+    (kopf's event loop, where every reconcile decides; the API requests wait in other threads), and
+    (count, seconds) of its API requests by verb and of its reconciles, from its metrics."""
+
+    at: float
+    cpu: float
+    loop_cpu: float
+    requests: dict[str, tuple[float, float]]
+    reconciles: tuple[float, float]
+
+
+def load(pid: int, metrics_port: int) -> Load:
+    requests = _histogram(metrics_port, "psoperator_api_request_duration_seconds", "verb")
+    reconciles = _histogram(metrics_port, "psoperator_reconcile_duration_seconds", None).get("", (0.0, 0.0))
+    return Load(time.monotonic(), cpu_seconds(pid), cpu_seconds(pid, pid), requests, reconciles)
+
+
+def _histogram(metrics_port: int, name: str, by: str | None) -> dict[str, tuple[float, float]]:
+    """(count, sum) of the histogram `name`, its series added up by the label `by` (None: all, as "")."""
+    counts: dict[str, float] = defaultdict(float)
+    sums: dict[str, float] = defaultdict(float)
+    for totals, suffix in ((counts, "_count"), (sums, "_sum")):
+        for s in _samples(metrics_port, name + suffix):
+            totals[s.labels[by] if by else ""] += s.value
+    return {key: (count, sums[key]) for key, count in counts.items()}
+
+
+def load_between(before: Load, after: Load) -> dict[str, Any]:
+    """What the operator did from `before` to `after`: its CPU in % of a core (all of it, and its
+    event loop's), its requests by verb (count, mean ms) and on average in flight, and its reconciles
+    (count, mean ms) and on average at once."""
+    wall, zero = after.at - before.at, (0.0, 0.0)
+    requests = {v: _spent(pair, before.requests.get(v, zero)) for v, pair in after.requests.items()}
+    reconciles = _spent(after.reconciles, before.reconciles)
+    return {
+        "seconds": wall,
+        "cpu_percent": 100 * (after.cpu - before.cpu) / wall,
+        "loop_cpu_percent": 100 * (after.loop_cpu - before.loop_cpu) / wall,
+        "requests": {verb: _mean_ms(pair) for verb, pair in sorted(requests.items()) if pair[0]},
+        "requests_in_flight": sum(seconds for _, seconds in requests.values()) / wall,
+        "reconciles": _mean_ms(reconciles),
+        "reconciles_at_once": reconciles[1] / wall,
+    }
+
+
+def _spent(now: tuple[float, float], then: tuple[float, float]) -> tuple[float, float]:
+    return now[0] - then[0], now[1] - then[1]
+
+
+def _mean_ms(spent: tuple[float, float]) -> tuple[float, float]:
+    count, seconds = spent
+    return count, 1000 * seconds / count if count else 0.0
 
 
 class PeakRss:

@@ -122,14 +122,25 @@ class PodWatch:
         return {j: self.all_running_at[j] for j in jobs}
 
     def wait_chiefs(self, jobs: list[str], attempt: int, timeout: float) -> dict[str, float]:
+        """When each job's chief pod of `attempt` was first seen."""
+        return self._wait_attempt(self.chief_seen_at, jobs, attempt, timeout, "chief pods")
+
+    def wait_stopping(self, jobs: list[str], attempt: int, timeout: float) -> dict[str, float]:
+        """When each job's chief pod of `attempt` was first seen being deleted."""
+        return self._wait_attempt(self.chief_deleting_at, jobs, attempt, timeout, "chief pods deleted")
+
+    @staticmethod
+    def _wait_attempt(
+        at: dict[tuple[str, str], float], jobs: list[str], attempt: int, timeout: float, what: str
+    ) -> dict[str, float]:
         key = str(attempt)
         wait_for(
-            lambda: all((j, key) in self.chief_seen_at for j in jobs),
+            lambda: all((j, key) in at for j in jobs),
             timeout=timeout,
             interval=0.1,
-            message=f"chief pods of attempt {attempt}",
+            message=f"{what}, attempt {attempt}",
         )
-        return {j: self.chief_seen_at[(j, key)] for j in jobs}
+        return {j: at[(j, key)] for j in jobs}
 
     def new_pods(self, before: set[str], role: str) -> dict[str, list[str]]:
         """The names of the pods of `role` not among the uids `before`, by job."""

@@ -228,12 +228,15 @@ def recovery(bench: Bench, kind: str, jobs: int) -> dict[str, Any]:
     recovering = floor.Recovery(bench.api, running.namespace, pods, lambda job: f"{job}-ps-0")
     try:
         with recovering if kind == "floor" else contextlib.nullcontext():
-            before = set(pods.seen)
+            before, loaded = set(pods.seen), _load(bench) if kind == "ours" else None
             injected = fail_ps(bench, running.namespace, names)
             result: dict[str, Any] = {}
             if restarting:
+                if loaded is not None:  # what the operator did while it decided
+                    pods.wait_stopping(names, attempt=0, timeout=TIMEOUT)
+                    result["deciding"] = measure.load_between(loaded, _load(bench))
                 chiefs = pods.wait_chiefs(names, attempt=1, timeout=TIMEOUT)
-                result = {"seconds": [chiefs[n] - injected[n] for n in names], **_stages(pods, injected)}
+                result |= {"seconds": [chiefs[n] - injected[n] for n in names], **_stages(pods, injected)}
             replaced = pods.wait_replaced(before, {n: f"{n}-ps-0" for n in names}, TIMEOUT)
             if not restarting:
                 time.sleep(OBSERVE_SECONDS)
@@ -242,6 +245,11 @@ def recovery(bench: Bench, kind: str, jobs: int) -> dict[str, Any]:
         stop(bench, running)
     ps_seconds = [replaced[n] - injected[n] for n in names]
     return {**result, "ps_replaced_seconds": ps_seconds, "chiefs_restarted": len(restarted), "jobs": jobs}
+
+
+def _load(bench: Bench) -> measure.Load:
+    assert bench.operator.pid is not None
+    return measure.load(bench.operator.pid, bench.metrics_port)
 
 
 def _stages(pods: PodWatch, injected: dict[str, float]) -> dict[str, list[float]]:

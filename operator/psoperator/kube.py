@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -145,13 +146,13 @@ class Kube:
     def __init__(
         self,
         api_client: client.ApiClient | None = None,
-        on_response: Callable[[str, str, str], None] | None = None,
+        on_response: Callable[[str, str, str, float], None] | None = None,
         timeout: float = API_TIMEOUT_SECONDS,
     ) -> None:
         self.api = api_client or client.ApiClient()
-        # Told of every request: its HTTP method, resource (resource_of) and status code ("none": no
-        # response).
-        self.on_response = on_response or (lambda _method, _resource, _code: None)
+        # Told of every request: its HTTP method, resource (resource_of), status code ("none": no
+        # response) and seconds until its answer was read.
+        self.on_response = on_response or (lambda _method, _resource, _code, _seconds: None)
         self.timeout = timeout
 
     def _call(
@@ -171,15 +172,16 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
+        started = time.monotonic()
         try:
             response = self.api.call_api(
                 *request, _request_timeout=(min(CONNECT_TIMEOUT, self.timeout), self.timeout)
             )
         except urllib3.exceptions.HTTPError:
-            self.on_response(method, resource_of(path), "none")
+            self.on_response(method, resource_of(path), "none", time.monotonic() - started)
             raise
         data: bytes = response.read()  # type: ignore[no-untyped-call]
-        self.on_response(method, resource_of(path), str(response.status))
+        self.on_response(method, resource_of(path), str(response.status), time.monotonic() - started)
         if not 200 <= response.status < 300:
             raise ApiException(
                 status=response.status, reason=response.reason, body=data.decode(errors="replace")

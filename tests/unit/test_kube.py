@@ -38,6 +38,7 @@ class _Wire:
         self.status = 200  # of every response after `statuses`
         self.statuses: list[int] = []  # of the next responses, in order
         self.answers: list[Obj] = []  # the bodies of the next responses, in order; then {}
+        self.delay = 0.0  # seconds before each response
 
     def request(
         self, method: str, url: str, body: Any = None, headers: Any = None, timeout: Any = None, **_: Any
@@ -45,6 +46,7 @@ class _Wire:
         content_type = (headers or {}).get("Content-Type", "")
         self.sent.append((method, url, content_type, body))
         self.timeouts.append(timeout)
+        time.sleep(self.delay)
         status = self.statuses.pop(0) if self.statuses else self.status
         return _Ok(status, json.dumps(self.answers.pop(0) if self.answers else {}).encode())
 
@@ -276,6 +278,20 @@ def test_every_request_gives_up_after_the_timeout() -> None:
     kube.get_job(NS, "ctr")
     kube.list_pods(NS, "ctr", parse_pod)
     assert [(t.connect_timeout, t.read_timeout) for t in kube.wire.timeouts] == [(5.0, 7.0), (5.0, 7.0)]
+
+
+def test_every_request_is_told_with_its_answer_and_how_long_it_took() -> None:
+    told: list[tuple[str, str, str, float]] = []
+    kube = RecordingKube(on_response=lambda *request: told.append(request))
+    kube.wire.delay = 0.05
+    kube.get_job(NS, "ctr")
+    kube.wire.statuses = [404]
+    kube.get_job(NS, "gone")
+    assert [request[:3] for request in told] == [
+        ("GET", "pstrainingjobs", "200"),
+        ("GET", "pstrainingjobs", "404"),
+    ]
+    assert all(0.05 <= seconds < 1.0 for *_, seconds in told)
 
 
 def test_pods_are_read_a_page_at_a_time_and_kept_as_each_page_arrives() -> None:

@@ -210,6 +210,9 @@ def test_operator_metrics_count_reconciles_and_api_requests() -> None:
     requests = "psoperator_api_requests_total"
     assert value(metrics, requests, verb="GET", resource="services", code="200") == 1
     assert value(metrics, requests, verb="PATCH", resource="pstrainingjobs/status", code="409") == 1
+    durations = "psoperator_api_request_duration_seconds_count"
+    assert value(metrics, durations, verb="GET", resource="services") == 1
+    assert value(metrics, durations, verb="PATCH", resource="pstrainingjobs/status") == 1
 
 
 def test_the_reference_lists_every_metric_registered() -> None:

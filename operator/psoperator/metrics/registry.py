@@ -29,7 +29,8 @@ OUTCOMES = ("ok", "error")
 # A job is `psjob` (kubectl's short name), not `job`: Prometheus gives every scraped series a `job`
 # label of its own (the scrape job's), which would rename ours to `exported_job`.
 NAMESPACE, JOB = ("namespace",), ("namespace", "psjob")
-# Seconds: a reconcile takes milliseconds; recovery and start-up take seconds to minutes.
+# Seconds: a reconcile or an API request takes milliseconds; recovery and start-up take seconds to
+# minutes.
 RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SLOW_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
@@ -171,6 +172,13 @@ class Metrics:
             "kopf's watches and events. Some 404s and 409s are expected (a job read after its deletion).",
             ("verb", "resource", "code"),
         )
+        self.api_request_duration = self._histogram(
+            "psoperator_api_request_duration_seconds",
+            "Duration of the requests of psoperator_api_requests_total, by HTTP method and resource: "
+            "from sending one to the end of its answer, the client's retries included.",
+            ("verb", "resource"),
+            RECONCILE_BUCKETS,
+        )
         self.jobs_managed = self._gauge(
             "psoperator_jobs_managed", "Jobs the operator runs a reconcile loop for.", ()
         )
@@ -211,8 +219,9 @@ class Metrics:
         self.reconciles.labels(outcome).inc()
         self.reconcile_duration.labels(outcome).observe(seconds)
 
-    def api_request(self, verb: str, resource: str, code: str) -> None:
+    def api_request(self, verb: str, resource: str, code: str, seconds: float) -> None:
         self.api_requests.labels(verb, resource, code).inc()
+        self.api_request_duration.labels(verb, resource).observe(seconds)
 
     def record(self, namespace: str, job: str, reading: JobReading) -> None:
         """A job's reading after a reconcile whose status write succeeded: what happened is counted,
