@@ -22,7 +22,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP, handlers
-from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB
+from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB, LABEL_QUEUE
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import PROGRESS_PATH
 from psoperator.control import loop, polling, protocol
@@ -565,26 +565,31 @@ def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() 
     asyncio.run(run())
 
 
-def test_a_restarts_pod_deletions_go_out_at_once() -> None:
-    """The old chief and the PS that served it are asked to stop together: each deletion below
-    waits until all three are in flight, which one after another never are."""
-    in_flight = threading.Barrier(3, timeout=5)
+def test_a_restarts_old_chief_job_and_pod_deletions_go_out_at_once() -> None:
+    """Issue 26: the old chief Job, the old chief pod and the PS that served it are asked to stop
+    together: each deletion below waits until all four are in flight, which one after another
+    never are (a round trip to a loaded API server each)."""
+    in_flight = threading.Barrier(4, timeout=5)
 
     class TogetherKube(RecordingKube):
-        def delete_pod(self, namespace: str, deletion: PodDeletion) -> None:
+        def _delete_at(self, path: str, uid: str, **options: Any) -> None:
             in_flight.wait()
-            super().delete_pod(namespace, deletion)
+            super()._delete_at(path, uid, **options)
 
     kube = TogetherKube()
     state = OperatorState(kube, Metrics())
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    chief = next(c for c in render_children(job) if c["kind"] == "Job")
+    old = chief | {"metadata": {**chief["metadata"], "uid": "uid-old-chief"}}
     deletions = [PodDeletion(f"ctr-{name}", f"uid-{name}", 5) for name in ("chief-0x", "ps-0", "ps-1")]
     plan = ReconcilePlan(status={}, render=None, delete_pods=deletions)
-    decision = protocol.Decision(plan, None, [], [], datetime.now(UTC))
+    replaced = ChildChange(chief, ChildVerb.DELETE_REPLACED, old)
+    decision = protocol.Decision(plan, None, [replaced], [], datetime.now(UTC))
     log = logging.getLogger("test")
     asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     assert sorted(path for _, path in kube.calls) == [
-        f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")
+        *(f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")),
+        f"/apis/batch/v1/namespaces/team-a/jobs/{chief['metadata']['name']}",
     ]
 
 
@@ -778,6 +783,46 @@ def test_a_reconcile_about_to_act_reads_its_chief_jobs_fresh_and_keeps_what_it_m
     assert reconcile() == [("POST", "/api/v1/namespaces/team-a/services")]
     assert kube.listed == ["Job"] and kube.reads == 1
     assert len(reconcile()) == 1 and kube.listed == ["Job"]
+
+
+def test_a_fresh_read_asks_for_the_job_its_pods_and_its_chief_jobs_at_once() -> None:
+    """Issue 26: the 3 requests of the read before acting are in flight together (each waits below
+    until all are), not the job first and its pods and chief Jobs after it."""
+    in_flight = threading.Barrier(3, timeout=5)
+    job = builders.with_status(builders.job(), phase="Running")
+
+    class TogetherKube(OneJobKube):
+        def get_job(self, namespace: str, name: str) -> Any:
+            in_flight.wait()
+            return super().get_job(namespace, name)
+
+        def list_children(self, namespace: str, job_name: str, kind: str) -> list[Any]:
+            in_flight.wait()
+            return super().list_children(namespace, job_name, kind)
+
+        def list_pods(self, namespace: str, job_name: str, keep: Any) -> list[Any]:
+            in_flight.wait()
+            return super().list_pods(namespace, job_name, keep)
+
+    kube = TogetherKube(job, [])
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+    seen = asyncio.run(protocol.read_fresh(state, ("team-a", "ctr"), full=False))
+    assert seen is not None and seen.job == job and kube.listed == ["Job"]
+
+
+def test_a_job_queued_since_the_cache_saw_it_has_its_workloads_read_too() -> None:
+    """Whether a fresh read lists the job's Workloads is told by the job the cache holds; the job
+    read with it says otherwise (a queue label added meanwhile): they are listed after it."""
+    unqueued = builders.with_status(builders.job(), phase="Running")
+    queued = copy.deepcopy(unqueued)
+    queued["metadata"]["labels"] = {**queued["metadata"].get("labels", {}), LABEL_QUEUE: "team-a-queue"}
+    kube = OneJobKube(queued, [])
+    state = OperatorState(kube, Metrics())
+    state.kueue_served = True
+    state.cache.job_seen("team-a", "ctr", unqueued)
+    asyncio.run(protocol.read_fresh(state, ("team-a", "ctr"), full=False))
+    assert kube.listed == ["Job", "Workload"]
 
 
 def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(

@@ -33,7 +33,7 @@ another writer came first.
          |   --> read fresh (ACT_READ), decide again (with the progress report already read)
          v
        act: write the status once (with the resourceVersion it was computed from)
-            -> post the plan's events -> change children -> delete pods (all at once)
+            -> post the plan's events -> change children and delete pods, all at once
                (a StatefulSet scaled down or given a new template first: no pod made again as it was)
 
 A job gone or being deleted ends the reconcile with None: its loop forgets it.
@@ -110,17 +110,22 @@ class Decision:
 
 async def read_fresh(state: OperatorState, key: JobKey, full: bool = True) -> Snapshot | None:
     """The job, its pods and its children (`full`; else those of ACT_READ) from the API and into the
-    cache, the other children from the cache; None once the job is gone."""
+    cache, the other children from the cache; None once the job is gone. All at once: whether its
+    Workloads are read is told by the job the cache has, and by the one read if that says otherwise."""
     started = time.monotonic()
-    job = await in_thread(state.kube.get_job, *key)
+    held = state.cache.snapshot(key)
+    queued = held is not None and await kueue.lists_workloads(state, held.job)
+    kinds = [kind for kind in (CHILD_KINDS if full else ACT_READ) if queued or kind not in QUEUE_KINDS]
+    job, pods, *listed = await asyncio.gather(
+        in_thread(state.kube.get_job, *key),
+        in_thread(state.kube.list_pods, *key, parse_pod),
+        *(in_thread(state.kube.list_children, *key, kind) for kind in kinds),
+    )
     if job is None:
         return None
-    queued = await kueue.lists_workloads(state, job)
-    kinds = [kind for kind in (CHILD_KINDS if full else ACT_READ) if queued or kind not in QUEUE_KINDS]
-    *listed, pods = await asyncio.gather(
-        *(in_thread(state.kube.list_children, *key, kind) for kind in kinds),
-        in_thread(state.kube.list_pods, *key, parse_pod),
-    )
+    if not queued and await kueue.lists_workloads(state, job):  # queued since the cache saw it
+        listed += await asyncio.gather(*(in_thread(state.kube.list_children, *key, k) for k in QUEUE_KINDS))
+        kinds += QUEUE_KINDS
     children = [child for kind in listed for child in kind]
     read = None if full else kinds
     state.remember_vanished(state.cache.read_fresh(key, job, children, pods, started, read))
@@ -329,17 +334,30 @@ async def act(
         )
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return True
-    # The children first: a StatefulSet's scale-down (a stop) or new template (a resize; OnDelete)
-    # is in place before its pods go, or its controller makes them again as they were.
-    if decision.changes or decision.conflicts:
-        result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
-        for child in result.written:
-            state.cache.child_seen("MODIFIED", child)
-        tell_unmade(job_state, job, decision, result)
-        if result.created or result.deleted:
-            logger.info("created %s, deleted %s", result.created, result.deleted)
-    await delete_pods(state, namespace, plan)
+    children = change_children(state, job_state, job, decision, logger)
+    if any(change.manifest["kind"] == "StatefulSet" for change in decision.changes):
+        # The children first: a StatefulSet's scale-down (a stop) or new template (a resize;
+        # OnDelete) is in place before its pods go, or its controller makes them again as they were.
+        await children
+        await delete_pods(state, namespace, plan)
+    else:  # a restart's old chief Job goes with its pods: one round trip to the API server, not two
+        await asyncio.gather(children, delete_pods(state, namespace, plan))
     return bool(patch)
+
+
+async def change_children(
+    state: OperatorState, job_state: JobState, job: Any, decision: Decision, logger: Any
+) -> None:
+    """Make the decision's child changes; keep what the API server answered in the watch cache."""
+    if not (decision.changes or decision.conflicts):
+        return
+    namespace = job["metadata"]["namespace"]
+    result = await in_thread(state.kube.make_changes, namespace, decision.changes, decision.conflicts)
+    for child in result.written:
+        state.cache.child_seen("MODIFIED", child)
+    tell_unmade(job_state, job, decision, result)
+    if result.created or result.deleted:
+        logger.info("created %s, deleted %s", result.created, result.deleted)
 
 
 async def delete_pods(state: OperatorState, namespace: str, plan: ReconcilePlan) -> None:
