@@ -734,6 +734,29 @@ def test_a_parameter_servers_new_tracking_is_written_at_once(
     assert plan.write_now is write_now
 
 
+def test_the_parameter_servers_a_restart_recycles_going_away_are_not_written_at_once() -> None:
+    """Issue 26: a restart's status write is followed by its recycled PS going away, a status-only
+    change spaced like any other: not a second read and write of every job restarting at once, while
+    the API server is busiest. Their replacements are written at once, and are no failures."""
+    failed = [
+        pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 138, "reason": "Error"}),
+        *BASE[1:],
+    ]
+    running = with_status(
+        job(), **came_up(phase="Running", tracking=tracking_of(BASE), checkpoint={"step": 40})
+    )
+    restart = plan_reconcile(
+        running, observed(failed, chief_job(0, failed="BackoffLimitExceeded")), None, NOW
+    )
+    assert restart.restarted and [d.pod for d in restart.delete_pods] == ["ctr-ps-0", "ctr-ps-1"]
+    restarted = {**running, "status": restart.status}
+    going = [failed[0], pod("ps", 0, deleting=True), pod("ps", 1, deleting=True), *BASE[3:]]
+    assert not plan_reconcile(restarted, observed(going, chief_job(0)), None, NOW).write_now
+    replaced = [failed[0], pod("ps", 0, uid="new-0"), pod("ps", 1, uid="new-1"), *BASE[3:]]
+    back = plan_reconcile(restarted, observed(replaced, chief_job(0)), None, NOW)
+    assert back.write_now and back.failures == []
+
+
 def _stuck_worker() -> list[dict[str, Any]]:
     stuck = pod("worker", 1, waiting="ErrImagePull")
     return [p if p["metadata"]["name"] != "ctr-worker-1" else stuck for p in BASE]

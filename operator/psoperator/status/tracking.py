@@ -76,8 +76,11 @@ def grace_left(errors: dict[str, StartError], now: datetime, grace_seconds: int)
 
 
 def ps_tracking_changed(old: Tracking, new: Tracking, observed: Observed) -> bool:
-    """A parameter server appeared, was replaced or restarted since the tracking was last stored."""
-    return any(old.pods.get(p.name) != new.pods.get(p.name) for p in observed.role_pods(Role.PS))
+    """A parameter server appeared, was replaced or restarted since the tracking was last stored.
+    One that a restart recycles going away is not news: it is written with the next status change."""
+    recycled = set((old.recycling or {}).values())
+    ps = [p for p in observed.role_pods(Role.PS) if p.uid not in recycled]
+    return any(old.pods.get(p.name) != new.pods.get(p.name) for p in ps)
 
 
 def next_tracking(
