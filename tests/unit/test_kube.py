@@ -38,6 +38,7 @@ class _Wire:
         self.status = 200  # of every response after `statuses`
         self.statuses: list[int] = []  # of the next responses, in order
         self.answers: list[Obj] = []  # the bodies of the next responses, in order; then {}
+        self.by_path: dict[str, Obj] = {}  # the body of every response to a path, before `answers`
         self.delay = 0.0  # seconds before each response
 
     def request(
@@ -48,7 +49,9 @@ class _Wire:
         self.timeouts.append(timeout)
         time.sleep(self.delay)
         status = self.statuses.pop(0) if self.statuses else self.status
-        return _Ok(status, json.dumps(self.answers.pop(0) if self.answers else {}).encode())
+        path = url.removeprefix("https://api.test").split("?")[0]
+        answer = self.by_path[path] if path in self.by_path else self.answers.pop(0) if self.answers else {}
+        return _Ok(status, json.dumps(answer).encode())
 
 
 class _Ok:
