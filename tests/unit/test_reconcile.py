@@ -692,7 +692,9 @@ def test_a_restart_deletes_the_old_chief_pod_and_holds_the_new_job_until_it_is_g
     # Running: the new Job may be created; nothing was a failure.
     replaced = [pod("ps", 0, uid="new-ps-0"), *lost[2:]]
     gone = plan_reconcile({**running, "status": held.status}, observed(replaced), None, NOW)
-    assert not gone.hold_chief and gone.delete_pods == [] and "recycling" not in gone.status["tracking"]
+    assert not gone.hold_chief and gone.delete_pods == []
+    # Remembered for the attempt, never tracked: a lagging view of the old ps-0 is no failure.
+    assert gone.status["tracking"]["recycling"] == {"ctr-ps-0": "ctr-ps-0-uid"}
     assert gone.status["restarts"] == 1 and gone.status["replicaStatuses"]["ps"]["restarts"] == 1
     assert gone.status["lastFailure"]["index"] == 1 and [e.reason for e in gone.events] == []
 
@@ -755,6 +757,33 @@ def test_the_parameter_servers_a_restart_recycles_going_away_are_not_written_at_
     replaced = [failed[0], pod("ps", 0, uid="new-0"), pod("ps", 1, uid="new-1"), *BASE[3:]]
     back = plan_reconcile(restarted, observed(replaced, chief_job(0)), None, NOW)
     assert back.write_now and back.failures == []
+
+
+def test_a_recycled_ps_is_never_judged_again_in_its_attempt_whatever_order_the_views_come_in() -> None:
+    """A view that no longer shows a recycled PS is no proof that none will: a watch that lags can
+    still bring an older state of it (e2e resize test, CI 2026-12-06: lastFailure "ctr-ps-0
+    Deleted" after a resize, no restart counted). The restart's recycled PS is neither tracked nor
+    judged for the rest of its attempt, so its going away is never a failure."""
+    running, lost = _ps_lost_restart()
+    restart = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
+    recycled = {"ctr-ps-0": "ctr-ps-0-uid"}
+    assert restart.status["tracking"]["recycling"] == recycled
+    assert "ctr-ps-0" not in restart.status["tracking"]["pods"]  # going away on purpose
+    status = restart.status
+    views = [
+        lost[2:],  # the old ps-0 not shown (gone, as a fresh read finds it)
+        lost[1:],  # shown again as it ran, by a watch that lags
+        [pod("ps", 0, deleting=True), *lost[2:]],  # then going away
+        [pod("ps", 0, uid="new-0"), *lost[2:]],  # then replaced
+    ]
+    for pods in views:
+        plan = plan_reconcile({**running, "status": status}, observed(pods), None, NOW)
+        assert plan.failures == [] and [e.reason for e in plan.events] == [], pods
+        assert plan.status["tracking"]["recycling"] == recycled
+        assert "ctr-ps-0-uid" not in {e["uid"] for e in plan.status["tracking"]["pods"].values()}
+        status = plan.status
+    assert plan.status["tracking"]["pods"]["ctr-ps-0"]["uid"] == "new-0"
+    assert status["lastFailure"]["pod"] == "ctr-ps-1"  # the restart's cause, and only it
 
 
 def _stuck_worker() -> list[dict[str, Any]]:

@@ -568,8 +568,9 @@ class Tracking(_Status):
     recycling: dict[str, str] | None = Field(
         None,
         description=(
-            "Parameter server pods restarted with the chief (not for a failure), name to uid, until "
-            "they are gone: the new chief waits for them, so no PS keeps the old chief's variables."
+            "Parameter server pods restarted with the chief (not for a failure), name to uid, kept "
+            "for the attempt: the new chief waits until they are gone, so no PS keeps the old "
+            "chief's variables, and they are never tracked or counted as failures."
         ),
     )
 

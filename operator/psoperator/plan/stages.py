@@ -439,23 +439,25 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
 def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """A restart restarts the PS that served the old chief, and the new chief waits until they are
     gone (a PS keeps a gone chief's variables, and a new chief would add a second copy) and their
-    replacements run."""
+    replacements run. They are remembered for the whole attempt, never tracked (ps_recycle.py)."""
     if d.restarted:
         recycling = ps_recycle.serving_previous_chief(d.old.tracking, d.observed)
         if recycling:
             d.events.append(Event("Normal", "RecyclingParameterServers", ps_recycle.describe(recycling)))
     else:
-        recycling = ps_recycle.still_there(d.old.tracking.recycling or {}, d.observed)
+        recycling = d.old.tracking.recycling or {}
     d.status.tracking.recycling = recycling or None
+    d.status.tracking.pods = ps_recycle.untracked(d.status.tracking.pods, recycling)
+    present = ps_recycle.still_there(recycling, d.observed)
     stopping = {p.uid for p in d.observed.role_pods(Role.PS) if stops_within_recycled_grace(p)}
     d.delete_pods += [
         PodDeletion(name, uid, RECYCLED_PS_GRACE_SECONDS)
-        for name, uid in sorted(recycling.items())
+        for name, uid in sorted(present.items())
         if uid not in stopping
     ]
     # A PS still stopping (recycled, or scaled away by a suspension: it serves out its drain) keeps
     # its name's address: a new chief would connect to it, and fail when it exits.
-    if recycling or any(p.deleting and not p.node_lost for p in d.observed.role_pods(Role.PS)):
+    if present or any(p.deleting and not p.node_lost for p in d.observed.role_pods(Role.PS)):
         d.hold_chief = d.awaits_departure = True
         d.wake_in(OLD_CHIEF_POLL_SECONDS)
     # Nor before their replacements run (ps_recycle.py); the pods' watch brings that.

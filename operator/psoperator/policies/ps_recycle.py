@@ -10,7 +10,10 @@ tests/trainer's harness (2,000,000 x 16 embedding, Adagrad, 2 PS): 764, 967, 1,0
 So a coordinated restart restarts every parameter server that served the chief being replaced (a
 PS that failed is new already), and the new chief is held until they are gone: it never connects
 to one of them. A PS then holds one copy whatever the number of restarts, which is what the sizing
-planner plans for. Workers are kept: they hold no variables (measured: +4 MiB per restart).
+planner plans for. The recycled pods are remembered (status.tracking.recycling) for the whole
+attempt and never tracked: a view that no longer shows one is no proof that none will (a watch
+that lags brought one back as it ran, and its going away was then recorded as a failure: CI,
+2026-12-06). Workers are kept: they hold no variables (measured: +4 MiB per restart).
 
 The new chief also waits until every parameter server of its attempt runs, and so has an
 address. A PS's name (its record in the headless Service) exists only from then on, and a lookup
@@ -22,7 +25,7 @@ nothing.
 
 from __future__ import annotations
 
-from psoperator.api.models import Tracking
+from psoperator.api.models import TrackedPod, Tracking
 from psoperator.contract import Role
 from psoperator.observe.views import Observed, PodView
 from psoperator.status.tracking import unchanged_since
@@ -42,6 +45,13 @@ def serving_previous_chief(tracking: Tracking, observed: Observed) -> dict[str, 
 def _served(tracking: Tracking, pod: PodView) -> bool:
     known = tracking.pods.get(pod.name)
     return known is not None and known.uid == pod.uid and (pod.deleting or unchanged_since(known, pod))
+
+
+def untracked(pods: dict[str, TrackedPod], recycling: dict[str, str]) -> dict[str, TrackedPod]:
+    """The tracking without the recycled PS pods: they go away on purpose, and a view that shows one
+    again after it was gone (a watch that lags) must not make it a pod to judge."""
+    recycled = set(recycling.values())
+    return {name: entry for name, entry in pods.items() if entry.uid not in recycled}
 
 
 def still_there(recycling: dict[str, str], observed: Observed) -> dict[str, str]:
