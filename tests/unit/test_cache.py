@@ -146,6 +146,23 @@ def test_a_late_deletion_of_an_old_pod_does_not_remove_the_new_pod_of_its_name()
     assert cache.snapshot(key) == replace(snapshot, pods=[])
 
 
+def test_a_pod_a_fresh_read_found_gone_is_not_brought_back_by_a_watch_that_lags() -> None:
+    """A consistent list that no longer has a pod proves it gone (a uid is never used again): an
+    older event of it that a lagging watch delivers afterwards must not show it again as it ran,
+    nor may any later one but its DELETED (which lets it go from memory)."""
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    _seen(cache, "ADDED", _pod("ctr-ps-0", "Pending", 3))
+    cache.read_fresh(key, _job(1, 2), [], [], time.monotonic())  # gone, and the watch has not said so
+    for event, phase, version in [("MODIFIED", "Running", 4), ("MODIFIED", "Failed", 9)]:
+        assert _seen(cache, event, _pod("ctr-ps-0", phase, version)) == key  # still wakes the job
+        snapshot = cache.snapshot(key)
+        assert snapshot is not None and snapshot.pods == []
+    _seen(cache, "DELETED", _pod("ctr-ps-0", "Failed", 10))
+    assert not cache.superseded
+
+
 def test_a_deletion_seen_while_a_fresh_read_is_under_way_is_not_undone_by_it() -> None:
     """A child deleted by hand while a read was under way (the TF_CONFIG ConfigMap of a job with 400
     pods, on a loaded machine): the list still had it, its DELETED came before the read ended.

@@ -59,6 +59,10 @@ class WatchCache:
     # The uids of the objects whose DELETED the watch delivered since the job's last fresh read: a
     # read under way then may still list them, and must not bring them back.
     gone: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # The uids of the objects a fresh read found gone (a consistent list without them; a uid is
+    # never used again) whose DELETED the watch has not delivered yet: a watch that lags may still
+    # bring an older state of one, which must not show it again.
+    superseded: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
 
     def job_seen(self, namespace: str, name: str, body: Obj) -> bool:
         """Keep the newer version of the job; True when it asks for a reconcile: new, a changed
@@ -91,6 +95,13 @@ class WatchCache:
         if not job or not meta.get("namespace"):
             return None
         owner = (meta["namespace"], job)
+        superseded = self.superseded.get(owner)
+        if superseded is not None and kept.uid in superseded:
+            if event != "DELETED":
+                return owner  # an older state of an object a fresh read found gone: it stays gone
+            superseded.discard(kept.uid)
+            if not superseded:
+                del self.superseded[owner]
         if event == "DELETED":
             if kept.uid:
                 self.gone[owner].add(kept.uid)
@@ -108,7 +119,7 @@ class WatchCache:
 
     def forget(self, key: JobKey) -> None:
         stores = (self.jobs, self.children, self.pods, self.read_at, self.pods_read_at, self.written_at)
-        for store in (*stores, self.gone):
+        for store in (*stores, self.gone, self.superseded):
             store.pop(key, None)
 
     def snapshot(self, key: JobKey) -> Snapshot | None:
@@ -131,8 +142,9 @@ class WatchCache:
         `kinds`, or of every kind: None, a full read): add what the watch has not shown yet, drop
         what it last showed before the read began and the read no longer found, and leave out what
         the watch saw deleted meanwhile. A later read begins after every deletion seen so far, so
-        none of them is kept for it. Returns the pods it dropped or found replaced, as the watch last
-        showed them: gone, and the watch has not said how yet."""
+        none of them is kept for it. What it dropped stays gone (superseded) until its DELETED.
+        Returns the pods it dropped or found replaced, as the watch last showed them: gone, and the
+        watch has not said how yet."""
         self.job_seen(*key, job)
         self.pods_read_at[key] = started
         if kinds is None:
@@ -141,9 +153,16 @@ class WatchCache:
         slim = {
             (str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c), _uid(c)) for c in children
         }
-        self._merge(self.children, key, slim, started, gone, lambda child: kinds is None or child[0] in kinds)
+
+        def was_read(child: ChildKey) -> bool:
+            return kinds is None or child[0] in kinds
+
+        dropped_children = self._merge(self.children, key, slim, started, gone, was_read)
         pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
         dropped = self._merge(self.pods, key, pods_listed, started, gone, lambda _: True)
+        self.superseded[key].update(e.uid for e in [*dropped_children, *dropped] if e.uid)
+        if not self.superseded[key]:
+            del self.superseded[key]
         return [entry.obj for entry in dropped]
 
     @staticmethod
