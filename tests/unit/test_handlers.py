@@ -319,6 +319,37 @@ def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_e
     asyncio.run(scenario())
 
 
+def test_a_loop_woken_in_the_turn_its_job_is_deleted_still_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's DELETED stops its loop while the garbage collector's deletions of its children wake
+    it: Python 3.11's asyncio.wait_for returned the wake-up and swallowed the cancellation, the loop
+    went on, and the DELETED handler waited for it until the job's next fresh read (CI, 2026-12-06:
+    a deleted job's series still scraped 30 s later)."""
+
+    reconciles: list[int] = []
+
+    async def reconcile(_state: Any, namespace: str, name: str, _logger: Any) -> ReconcilePlan:
+        reconciles.append(len(reconciles) + 1)
+        return ReconcilePlan(status={"phase": "Succeeded"}, render=None)
+
+    monkeypatch.setattr(loop, "reconcile_once", reconcile)
+    state = OperatorState(RecordingKube(), Metrics(), Config(resync_seconds=3600))
+    key = ("ns", "ctr")
+
+    async def scenario() -> None:
+        loop.start_loop(state, key, logging.getLogger("test"))
+        await asyncio.sleep(0.1)  # waiting for its next resync
+        loop.wake(state, key)  # in the same turn as the cancellation
+        stopping = asyncio.create_task(loop.stop_loop(state, key))
+        done, _ = await asyncio.wait({stopping}, timeout=2)
+        task = state.jobs[key].loop
+        if task is not None:  # it went on: stop it for good before failing
+            task.cancel()
+            await asyncio.wait({stopping})
+        assert done and task is None and reconciles == [1]
+
+    asyncio.run(scenario())
+
+
 def test_finished_jobs_count_in_the_pace_at_their_own_rare_resync() -> None:
     """100 running jobs beside 900 finished ones keep their 10 s resync (the finished ones cost 3
     reconciles a second, not 90); 10,000 finished ones stretch everything, theirs too."""
@@ -417,14 +448,14 @@ def test_a_series_of_failed_reconciles_is_logged_once_and_its_end_once(
             raise outcome
         return None if not outcomes else ReconcilePlan(status={}, render=None)
 
-    real_wait_for = asyncio.wait_for
+    real_timeout = asyncio.timeout
 
-    async def recorded_wait_for(awaitable: Any, timeout: float) -> Any:
-        waits.append(timeout)
-        return await real_wait_for(awaitable, timeout=0)
+    def recorded_timeout(delay: float) -> asyncio.Timeout:
+        waits.append(delay)
+        return real_timeout(0)
 
     monkeypatch.setattr(loop, "reconcile_once", flaky)
-    monkeypatch.setattr(asyncio, "wait_for", recorded_wait_for)
+    monkeypatch.setattr(asyncio, "timeout", recorded_timeout)
     state = OperatorState(RecordingKube(), Metrics())
     logger = logging.getLogger("test.flaky")
     with caplog.at_level(logging.DEBUG, logger="test.flaky"):

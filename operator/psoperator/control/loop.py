@@ -65,8 +65,12 @@ async def stop_loop(state: OperatorState, key: JobKey) -> None:
     loop = job.loop if job is not None else None
     if loop is not None:
         loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await loop
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if caller is not None and caller.cancelling():
+                raise  # the caller is cancelled itself, not only the loop
         # A loop cancelled before it ever ran did not clean up after itself.
         drop_loop(state, key, loop)
 
@@ -179,8 +183,11 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
                 if plan is None:  # gone or being deleted, even if its watch event is still to come
                     state.forget(key)
                     return
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns a wake-up that comes in
+            # the turn the loop is cancelled and drops the cancellation (the loop went on).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), timeout=wait)
+                async with asyncio.timeout(wait):
+                    await wakeup.wait()
             await asyncio.sleep(SETTLE_SECONDS)
     finally:
         drop_loop(state, key, asyncio.current_task())
