@@ -160,9 +160,9 @@ class WatchCache:
         dropped_children = self._merge(self.children, key, slim, started, gone, was_read)
         pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
         dropped = self._merge(self.pods, key, pods_listed, started, gone, lambda _: True)
-        self.superseded[key].update(e.uid for e in [*dropped_children, *dropped] if e.uid)
-        if not self.superseded[key]:
-            del self.superseded[key]
+        found_gone = {e.uid for e in [*dropped_children, *dropped] if e.uid}
+        if found_gone:
+            self.superseded[key] |= found_gone
         return [entry.obj for entry in dropped]
 
     @staticmethod

@@ -42,6 +42,7 @@ from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.contract import Role
 from psoperator.observe.failures import Failure, chief_failure, detect_failures
 from psoperator.observe.views import Observed
+from psoperator.policies import ps_recycle
 from psoperator.sizing.oom import suggestion_for_oom
 from psoperator.status.tracking import overdue, start_error_of, tracked_pods
 
@@ -156,9 +157,9 @@ class Situation:
 def situation(
     spec: PSTrainingJobSpec, status: PSTrainingJobStatus, observed: Observed, now: datetime
 ) -> Situation:
-    # PS pods restarted with the chief (ps_recycle.py) went away on purpose: not failures.
-    recycled = set((status.tracking.recycling or {}).values())
-    tracking = {n: e for n, e in status.tracking.pods.items() if e.uid not in recycled}
+    # PS pods restarted with the chief went away on purpose: not failures (a status an older
+    # operator wrote may still track them).
+    tracking = ps_recycle.untracked(status.tracking.pods, status.tracking.recycling or {})
     failures = detect_failures(tracking, tracked_pods(observed), observed.departed)
     job = observed.current_chief_job(status.restarts)
     live = job is not None and not job.deleting
