@@ -74,10 +74,12 @@ def test_the_finalizer_of_older_versions_keeps_its_name_so_kopf_removes_it() -> 
     assert _configured().persistence.finalizer == f"{GROUP}/finalizer"
 
 
-def test_kopf_lists_a_page_at_a_time() -> None:
-    """An operator restarted with 1,000 jobs must not hold every listed object whole at once."""
+def test_kopf_lists_a_page_at_a_time_and_lets_an_idle_objects_worker_go_soon() -> None:
+    """An operator restarted with 1,000 jobs must not hold every listed object whole at once, nor
+    a worker for each of them: kopf's default keeps a worker 5 s after its object's last event."""
     settings = _configured()
     assert settings.watching.chunk_size == LIST_PAGE
+    assert settings.queueing.idle_timeout == handlers.WORKER_IDLE_SECONDS <= 1.0
 
 
 def _configured() -> kopf.OperatorSettings:
