@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from psoperator.api.labels import LABEL_JOB
-from psoperator.observe.cache import WatchCache
+from psoperator.observe.cache import SUPERSEDED_SECONDS, WatchCache
 from psoperator.observe.views import parse_pod, slim_child
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
@@ -160,6 +160,25 @@ def test_a_pod_a_fresh_read_found_gone_is_not_brought_back_by_a_watch_that_lags(
         snapshot = cache.snapshot(key)
         assert snapshot is not None and snapshot.pods == []
     _seen(cache, "DELETED", _pod("ctr-ps-0", "Failed", 10))
+    assert not cache.superseded
+
+
+def test_a_pod_found_gone_whose_deleted_never_comes_is_let_go_at_a_read_long_after() -> None:
+    """A watch that re-listed across a pod's deletion never sends its DELETED: the uid it left
+    superseded is let go at the first fresh read SUPERSEDED_SECONDS later, not kept for the job's
+    lifetime; a read before then keeps it, so a lagging event still cannot show the pod again."""
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    _seen(cache, "ADDED", _pod("ctr-ps-0", "Pending", 3))
+    start = time.monotonic()
+    cache.read_fresh(key, _job(1, 2), [], [], start)
+    assert cache.superseded
+    cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS - 1)
+    _seen(cache, "MODIFIED", _pod("ctr-ps-0", "Running", 4))
+    snapshot = cache.snapshot(key)
+    assert snapshot is not None and snapshot.pods == []
+    cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS)
     assert not cache.superseded
 
 

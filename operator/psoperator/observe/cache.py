@@ -27,6 +27,10 @@ from psoperator.observe.views import PodView, resource_version, slim_child, slim
 Obj = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, job name)
 ChildKey = tuple[str, str]  # (kind, name)
+# How long an object a fresh read found gone stays superseded when its DELETED never comes (a watch
+# that re-listed meanwhile does not send it): an older event of it still queued in kopf that long
+# after would mean the operator is minutes behind its watch.
+SUPERSEDED_SECONDS = 600.0
 
 
 def _version(obj: Obj) -> int:
@@ -61,8 +65,8 @@ class WatchCache:
     gone: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
     # The uids of the objects a fresh read found gone (a consistent list without them; a uid is
     # never used again) whose DELETED the watch has not delivered yet: a watch that lags may still
-    # bring an older state of one, which must not show it again.
-    superseded: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    # bring an older state of one, which must not show it again. Each with when it was found gone.
+    superseded: dict[JobKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
 
     def job_seen(self, namespace: str, name: str, body: Obj) -> bool:
         """Keep the newer version of the job; True when it asks for a reconcile: new, a changed
@@ -99,7 +103,7 @@ class WatchCache:
         if superseded is not None and kept.uid in superseded:
             if event != "DELETED":
                 return owner  # an older state of an object a fresh read found gone: it stays gone
-            superseded.discard(kept.uid)
+            del superseded[kept.uid]
             if not superseded:
                 del self.superseded[owner]
         if event == "DELETED":
@@ -142,7 +146,8 @@ class WatchCache:
         `kinds`, or of every kind: None, a full read): add what the watch has not shown yet, drop
         what it last showed before the read began and the read no longer found, and leave out what
         the watch saw deleted meanwhile. A later read begins after every deletion seen so far, so
-        none of them is kept for it. What it dropped stays gone (superseded) until its DELETED.
+        none of them is kept for it. What it dropped stays gone (superseded) until its DELETED, or
+        SUPERSEDED_SECONDS if the watch never sends that.
         Returns the pods it dropped or found replaced, as the watch last showed them: gone, and the
         watch has not said how yet."""
         self.job_seen(*key, job)
@@ -160,10 +165,18 @@ class WatchCache:
         dropped_children = self._merge(self.children, key, slim, started, gone, was_read)
         pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
         dropped = self._merge(self.pods, key, pods_listed, started, gone, lambda _: True)
-        found_gone = {e.uid for e in [*dropped_children, *dropped] if e.uid}
-        if found_gone:
-            self.superseded[key] |= found_gone
+        self._supersede(key, [e.uid for e in [*dropped_children, *dropped] if e.uid], started)
         return [entry.obj for entry in dropped]
+
+    def _supersede(self, key: JobKey, uids: list[str], now: float) -> None:
+        """Keep `uids` gone from now on, and let go of those found gone long ago."""
+        held = self.superseded.get(key, {})
+        kept = {uid: at for uid, at in held.items() if now - at < SUPERSEDED_SECONDS}
+        kept.update(dict.fromkeys(uids, now))
+        if kept:
+            self.superseded[key] = kept
+        elif held:
+            del self.superseded[key]
 
     @staticmethod
     def _merge(
