@@ -43,7 +43,9 @@ SHORT = Sizes(20, 2, 20, 2, 50, 60, 10, 500, 20)
 FULL = Sizes(200, 2, 100, 2, 1000, 300, 50, 5000, 100)
 
 
-def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str], kinds: list[str]) -> dict[str, Any]:
+def run(
+    bench: scenarios.Bench, sizes: Sizes, chosen: list[str], kinds: list[str], read_round: bool = False
+) -> dict[str, Any]:
     results: dict[str, Any] = {"sizes": asdict(sizes)}
     if "burst" in chosen:
         results["burst"] = _rounds(
@@ -57,7 +59,7 @@ def run(bench: scenarios.Bench, sizes: Sizes, chosen: list[str], kinds: list[str
             lambda kind: scenarios.recovery(bench, kind, sizes.recovery_jobs),
         )
     if "steady" in chosen:
-        results["steady"] = scenarios.steady(bench, sizes.steady_jobs, sizes.steady_seconds)
+        results["steady"] = scenarios.steady(bench, sizes.steady_jobs, sizes.steady_seconds, read_round)
     if "big" in chosen:
         results["big"] = scenarios.big(bench, sizes.big_ps, sizes.big_workers)
     if "lifecycle" in chosen:
@@ -155,7 +157,7 @@ def _deciding_rows(d: dict[str, Any]) -> list[str]:
 def _steady_rows(sizes: dict[str, Any], steady: dict[str, dict[str, float]]) -> list[str]:
     lines = []
     for window, s in steady.items():
-        label = f"steady, {sizes['steady_jobs']} Running jobs, {window}, {sizes['steady_seconds']:.0f}s"
+        label = f"steady, {sizes['steady_jobs']} Running jobs, {window}, {s['seconds']:.0f}s"
         lines.append(_row(f"{label}: RSS, CPU", f"{s['rss_mib']:.0f} MiB, {s['cpu_percent']:.1f}% of a core"))
         if "peak_rss_mib" in s:
             peak = f"{s['peak_rss_mib']:.0f} MiB"
@@ -218,6 +220,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=Path("bench.json"))
     parser.add_argument("--steady-jobs", type=int, help="the steady scenario's jobs instead of the size's")
     parser.add_argument(
+        "--steady-read-round",
+        action="store_true",
+        help="the steady scenario's window at rest lasts until the operator has read every job once "
+        "more, so that it holds one round of their periodic fresh reads (1,000 jobs: about 35 minutes)",
+    )
+    parser.add_argument(
         "--trace-memory",
         action="store_true",
         help="run the operator under tracemalloc and report where its memory is after the steady "
@@ -274,7 +282,7 @@ def main() -> int:
             measure.count_requests(api, account)
         bench = scenarios.Bench(api, kubeconfig, operator, metrics_port, accounts, memory_report)
         scenarios.wait_watching(bench)
-        results = run(bench, sizes, args.scenarios, args.kinds)
+        results = run(bench, sizes, args.scenarios, args.kinds, args.steady_read_round)
     finally:
         for process in processes:
             process.stop()

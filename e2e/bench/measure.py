@@ -199,6 +199,14 @@ def reconciles(metrics_port: int) -> float:
     return sum(s.value for s in _samples(metrics_port, "psoperator_reconcile_duration_seconds_count"))
 
 
+def job_reads(metrics_port: int) -> float:
+    """How many times the operator has read a job (GET pstrainingjobs): at rest, once per job in
+    each round of its periodic fresh reads."""
+    samples = _samples(metrics_port, "psoperator_api_requests_total")
+    job = ("GET", "pstrainingjobs")
+    return sum(s.value for s in samples if (s.labels["verb"], s.labels["resource"]) == job)
+
+
 def operator_writes(metrics_port: int) -> dict[str, float]:
     """The operator's own count of its writes, by verb and resource ("POST services"): all but
     kopf's (the events it posts)."""

@@ -30,6 +30,7 @@ from e2e.bench.progress import ChiefProgress
 from e2e.operator_process import OperatorProcess
 from e2e.util import WaitTimeout, rss_mib, wait_for
 from psoperator.control import polling
+from psoperator.control.state import Config
 
 Obj = dict[str, Any]
 CREATORS = 8  # concurrent clients creating the jobs of a burst (the same for ours and the floor)
@@ -291,14 +292,17 @@ def chief_addresses(bench: Bench, ns: str) -> list[str]:
     return [str(p.status.pod_ip) for p in chiefs if p.status and p.status.pod_ip]
 
 
-def steady(bench: Bench, jobs: int, seconds: float) -> dict[str, Any]:
+def steady(bench: Bench, jobs: int, seconds: float, read_round: bool = False) -> dict[str, Any]:
     """`jobs` Running jobs left alone, first with no progress endpoint (as on KWOK), then with chiefs
     that report a step that moves at every poll: what the operator costs at rest and in training;
-    then at rest again after the operator restarted (an upgrade, a rescheduled pod)."""
+    then at rest again after the operator restarted (an upgrade, a rescheduled pod). With
+    `read_round`, the window at rest goes on until the operator has read every job once more: one
+    round of the periodic fresh reads, which come at most every Config.fresh_read_seconds (at 1,000
+    jobs, every 2,000 s), is in it."""
     running = start_running(bench, "ours", "steady", jobs, 2, 4)
     try:
         time.sleep(15)  # the last status writes of start-up
-        idle = _window(bench, jobs, seconds, None)
+        idle = _window(bench, jobs, seconds, None, reads=jobs if read_round else 0)
         trace_memory(bench, f"{jobs}-jobs-at-rest")
         with ChiefProgress() as progress:
             addresses = chief_addresses(bench, running.namespace)
@@ -342,16 +346,26 @@ def _restarted(bench: Bench, jobs: int, seconds: float) -> dict[str, float]:
     return {**_window(bench, jobs, seconds, None), "peak_rss_mib": rss.peak}
 
 
-def _window(bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | None) -> dict[str, float]:
+def _window(
+    bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | None, reads: int = 0
+) -> dict[str, float]:
+    """The operator's RSS at the end of `seconds`, and its CPU, requests, reconciles and progress
+    polls over them; with `reads`, over as long as it took to read a job that many times too."""
     pid = bench.operator.pid
     assert pid is not None
     requests, cpu = _requests(bench, "ours"), measure.cpu_seconds(pid)
     count, fetches = measure.reconciles(bench.metrics_port), progress.requests if progress else 0
+    started, read = time.monotonic(), measure.job_reads(bench.metrics_port)
     time.sleep(seconds)
+    round_seconds = max(Config.fresh_read_seconds, jobs / Config.fresh_reads_per_second)
+    wait_for(lambda: measure.job_reads(bench.metrics_port) - read >= reads, timeout=round_seconds + TIMEOUT,
+             interval=5.0, message=f"{reads} reads of a job")  # fmt: skip
+    seconds = time.monotonic() - started
     requests = _requests(bench, "ours") - requests
     per_job_minute = 60 / seconds / jobs
     cpu, reconciles = measure.cpu_seconds(pid) - cpu, measure.reconciles(bench.metrics_port) - count
     return {
+        "seconds": seconds,
         "rss_mib": rss_mib(pid) or 0.0,
         "cpu_percent": 100 * cpu / seconds,
         # everything the process did over the window (fresh reads, kopf, metrics) per reconcile
