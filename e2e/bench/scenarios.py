@@ -297,8 +297,8 @@ def steady(bench: Bench, jobs: int, seconds: float, read_round: bool = False) ->
     that report a step that moves at every poll: what the operator costs at rest and in training;
     then at rest again after the operator restarted (an upgrade, a rescheduled pod). With
     `read_round`, the window at rest goes on until the operator has read every job once more: one
-    round of the periodic fresh reads, which come at most every Config.fresh_read_seconds (at 1,000
-    jobs, every 2,000 s), is in it."""
+    round of the periodic fresh reads, which come every Config.fresh_read_interval (at 1,000 jobs,
+    every 2,000 s), is in it."""
     running = start_running(bench, "ours", "steady", jobs, 2, 4)
     try:
         time.sleep(15)  # the last status writes of start-up
@@ -355,11 +355,12 @@ def _window(
     assert pid is not None
     requests, cpu = _requests(bench, "ours"), measure.cpu_seconds(pid)
     count, fetches = measure.reconciles(bench.metrics_port), progress.requests if progress else 0
-    started, read = time.monotonic(), measure.job_reads(bench.metrics_port)
+    started, read = time.monotonic(), measure.job_reads(bench.metrics_port) if reads else 0.0
     time.sleep(seconds)
-    round_seconds = max(Config.fresh_read_seconds, jobs / Config.fresh_reads_per_second)
-    wait_for(lambda: measure.job_reads(bench.metrics_port) - read >= reads, timeout=round_seconds + TIMEOUT,
-             interval=5.0, message=f"{reads} reads of a job")  # fmt: skip
+    if reads:
+        timeout = Config().fresh_read_interval(jobs) + TIMEOUT
+        wait_for(lambda: measure.job_reads(bench.metrics_port) - read >= reads, timeout=timeout,
+                 interval=5.0, message=f"{reads} reads of a job")  # fmt: skip
     seconds = time.monotonic() - started
     requests = _requests(bench, "ours") - requests
     per_job_minute = 60 / seconds / jobs

@@ -58,6 +58,10 @@ class Config:
     kueue: bool = True  # queue the jobs labelled for it where Kueue is installed (control/kueue.py)
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
 
+    def fresh_read_interval(self, jobs: int) -> float:
+        """The longest each of `jobs` jobs goes without a periodic fresh read."""
+        return max(self.fresh_read_seconds, jobs / self.fresh_reads_per_second)
+
 
 @dataclass
 class JobState:
@@ -130,8 +134,7 @@ class OperatorState:
 
     def fresh_read_interval(self) -> float:
         """The longest a job goes without a fresh read now (Config.fresh_reads_per_second)."""
-        config = self.config
-        return max(config.fresh_read_seconds, len(self.jobs) / config.fresh_reads_per_second)
+        return self.config.fresh_read_interval(len(self.jobs))
 
     def looping(self) -> list[JobState]:
         """The jobs whose loop runs."""
