@@ -8,6 +8,7 @@ import contextvars
 import copy
 import http.server
 import logging
+import math
 import socket
 import threading
 import time
@@ -882,6 +883,7 @@ def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(
     def reads_after(seconds_since_read: float, jobs: int) -> int:
         state.jobs = _looping(jobs)
         state.cache.read_at[("team-a", "ctr")] = time.monotonic() - seconds_since_read
+        state.next_periodic_read = -math.inf  # no other job's periodic read lately
         before = kube.reads
         asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
         return kube.reads - before
@@ -892,6 +894,48 @@ def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(
     assert reads_after(610, jobs=1000) == 0
     assert reads_after(1990, jobs=1000) == 0
     assert reads_after(2010, jobs=1000) == 1
+
+
+def test_periodic_fresh_reads_that_come_due_together_go_one_at_a_time_at_their_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jobs read together (at a start) come due together: they are read in turn, at most
+    fresh_reads_per_second, not in a burst; a job refused its turn is read at a later reconcile.
+    A job's first read (a new loop) does not wait for a turn."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = _as_created(job)
+    kube = OneJobKube(job, children)
+    state = OperatorState(kube, Metrics(), Config(fresh_read_seconds=600, fresh_reads_per_second=0.5))
+    state.jobs = _looping(100)
+    state.cache.job_seen("team-a", "ctr", job)
+    for child in children:
+        state.cache.child_seen("ADDED", child)
+    real, ahead = time.monotonic, [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: real() + ahead[0])
+
+    def reads(last_read_ago: float | None) -> int:
+        """The reads of a reconcile of a job last read `last_read_ago` seconds ago (None: never)."""
+        if last_read_ago is None:
+            state.cache.read_at.pop(("team-a", "ctr"), None)
+        else:
+            state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_ago
+        before = kube.reads
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        return kube.reads - before
+
+    reads(None)  # its first decision acts (reading fresh first); the next ones rest
+    assert reads(610) == 1  # due, the first periodic read: at once
+    assert reads(610) == 0  # another job due at the same time waits its turn...
+    assert reads(None) == 1  # ...which a job's first read does not
+    ahead[0] += 1.0
+    assert reads(611) == 0  # 1 s later: still not its turn (one every 2 s)
+    ahead[0] += 1.1
+    assert reads(612) == 1
+    ahead[0] += 2.1
+    assert reads(10) == 0  # not due: it takes no turn...
+    assert reads(614) == 1  # ...which the next job due has
 
 
 class PodsKube(OneJobKube):

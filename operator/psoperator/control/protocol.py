@@ -14,9 +14,10 @@ another writer came first.
     reconcile_once
          |
          v
-    cache snapshot ---- none, or its last fresh read is older than fresh_read_seconds (stretched
-         |              past fresh_reads_per_second),
-         |              and the job has a status ------------------> read fresh (in full)
+    cache snapshot ---- none; or the job has a status and no fresh read yet (a new loop), or its
+         |              last is older than fresh_read_seconds (stretched past
+         |              fresh_reads_per_second) and the last such periodic read went
+         |              1 / fresh_reads_per_second ago ----------------> read fresh (in full)
          |                                                               |
          v                                                               v
       decide <-----------------------------------------------------------+
@@ -257,16 +258,19 @@ async def reconcile_once(
 ) -> ReconcilePlan | None:
     """Decide from the cache; read fresh (ACT_READ) and decide again before acting or when a wait
     for pods to go outlasts DEPARTURE_RECHECK_SECONDS since their last read; read in full when the
-    job's last full read is older than `state.fresh_read_interval()` (or it has none: a new loop),
-    unless the job was never acted on."""
+    job has none (a new loop) or its last is older than `state.fresh_read_interval()` and the
+    periodic reads' pace lets it (state.may_read_periodically), unless the job was never acted on;
+    or when the cache has none of it."""
     started = time.monotonic()
     key = (namespace, name)
     job_state = state.job(key, logger)
     seen = state.cache.snapshot(key)
     new = never_acted_on(seen)  # decided and acted on from the watch alone
     last_read = state.cache.read_at.get(key, -math.inf)
-    due = seen is None or started - last_read >= state.fresh_read_interval()
-    fresh = due and not new
+    # A job's first read (a new loop: the watches may not have listed its children yet) is not paced.
+    first = last_read == -math.inf
+    due = first or started - last_read >= state.fresh_read_interval()
+    fresh = seen is None or (due and not new and (first or state.may_read_periodically(started)))
     if fresh:
         seen = await read_fresh(state, key)
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):

@@ -52,7 +52,9 @@ class Config:
     fresh_read_seconds: float = 600.0
     # ...unless the jobs' periodic fresh reads together would pass this many a second: then each
     # job's stretches to fit (1,000 jobs at 0.5: every 2,000 s). Each is 7 requests and a decision
-    # (about 30 ms of CPU at 1,000 jobs); reading fresh before acting is not paced.
+    # (about 30 ms of CPU at 1,000 jobs). They go one at a time, this far apart at least, so jobs
+    # that came due together (read together at a start) are read in turn, not in a burst; reading
+    # fresh before acting is not paced.
     fresh_reads_per_second: float = 0.5
     progress_port: int = DEFAULT_PROGRESS_PORT
     kueue: bool = True  # queue the jobs labelled for it where Kueue is installed (control/kueue.py)
@@ -119,6 +121,8 @@ class OperatorState:
     jobs: dict[JobKey, JobState] = field(default_factory=dict)
     # The resyncs' stretch as last counted (control/loop.pace_stretch): (jobs then, when, stretch).
     pace: tuple[int, float, float] = (0, -math.inf, 1.0)
+    # When the next periodic fresh read may go (may_read_periodically).
+    next_periodic_read: float = -math.inf
 
     @property
     def leading(self) -> bool:
@@ -135,6 +139,15 @@ class OperatorState:
     def fresh_read_interval(self) -> float:
         """The longest a job goes without a fresh read now (Config.fresh_reads_per_second)."""
         return self.config.fresh_read_interval(len(self.jobs))
+
+    def may_read_periodically(self, now: float) -> bool:
+        """Whether a job due for its periodic fresh read may have it at `now`, taking the turn if so:
+        those reads go at least 1 / Config.fresh_reads_per_second apart. A job refused stays due
+        and asks again at its next reconcile."""
+        if now < self.next_periodic_read:
+            return False
+        self.next_periodic_read = now + 1 / self.config.fresh_reads_per_second
+        return True
 
     def looping(self) -> list[JobState]:
         """The jobs whose loop runs."""
