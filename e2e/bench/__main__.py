@@ -167,6 +167,10 @@ def _steady_rows(sizes: dict[str, Any], steady: dict[str, dict[str, float]]) -> 
         polls = f"{s['reconciles_per_job_minute']:.2f}, {s['progress_fetches_per_job_minute']:.2f}"
         lines.append(_row("  per job per minute: reconciles, progress polls", polls))
         lines.append(_row("  the process's CPU per reconcile", f"{s['cpu_ms_per_reconcile']:.2f} ms"))
+        if "job_reads_peak_per_minute" in s:
+            lines.append(
+                _row("  the most jobs read fresh in a minute", f"{s['job_reads_peak_per_minute']:.0f}")
+            )
     return lines
 
 
@@ -223,7 +227,8 @@ def _arguments() -> argparse.Namespace:
         "--steady-read-round",
         action="store_true",
         help="the steady scenario's window at rest lasts until the operator has read every job once "
-        "more, so that it holds one round of their periodic fresh reads (1,000 jobs: about 35 minutes)",
+        "more, so that it holds one round of their periodic fresh reads (1,000 jobs: about 70 minutes; they "
+        "were read together at their start, then are read in turn), and prints the most read in a minute",
     )
     parser.add_argument(
         "--trace-memory",

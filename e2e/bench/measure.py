@@ -207,6 +207,15 @@ def job_reads(metrics_port: int) -> float:
     return sum(s.value for s in samples if (s.labels["verb"], s.labels["resource"]) == job)
 
 
+def most_in_a_minute(samples: list[tuple[float, float]]) -> float:
+    """The most a counter sampled as (time, value), times in order, rose within any 60 s between
+    two of its samples."""
+    return max(
+        (later - value for i, (at, value) in enumerate(samples) for t, later in samples[i:] if t - at <= 60),
+        default=0.0,
+    )
+
+
 def operator_writes(metrics_port: int) -> dict[str, float]:
     """The operator's own count of its writes, by verb and resource ("POST services"): all but
     kopf's (the events it posts)."""
