@@ -865,20 +865,26 @@ def test_a_job_queued_since_the_cache_saw_it_has_its_workloads_read_too() -> Non
     assert kube.listed == ["Job", "Workload"]
 
 
+def _pending_job_in_cache(config: Config) -> tuple[OneJobKube, OperatorState]:
+    """A Pending job with its children as created, served by a OneJobKube and in the watch cache."""
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = _as_created(job)
+    kube = OneJobKube(job, children)
+    state = OperatorState(kube, Metrics(), config)
+    state.cache.job_seen("team-a", "ctr", job)
+    for child in children:
+        state.cache.child_seen("ADDED", child)
+    return kube, state
+
+
 def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each job is read fresh every 10 minutes, unless the jobs' reads together would pass
     fresh_reads_per_second: 1,000 jobs at 0.5 a second are read every 2,000 s each, not 600."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
-    job = builders.with_status(builders.job(), phase="Pending")
-    job["metadata"]["resourceVersion"] = "7"
-    children = _as_created(job)
-    kube = OneJobKube(job, children)
-    state = OperatorState(kube, Metrics(), Config(fresh_read_seconds=600, fresh_reads_per_second=0.5))
-    state.cache.job_seen("team-a", "ctr", job)
-    for child in children:
-        state.cache.child_seen("ADDED", child)
+    kube, state = _pending_job_in_cache(Config(fresh_read_seconds=600, fresh_reads_per_second=0.5))
 
     def reads_after(seconds_since_read: float, jobs: int) -> int:
         state.jobs = _looping(jobs)
@@ -903,15 +909,8 @@ def test_periodic_fresh_reads_that_come_due_together_go_one_at_a_time_at_their_p
     fresh_reads_per_second, not in a burst; a job refused its turn is read at a later reconcile.
     A job's first read (a new loop) does not wait for a turn."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
-    job = builders.with_status(builders.job(), phase="Pending")
-    job["metadata"]["resourceVersion"] = "7"
-    children = _as_created(job)
-    kube = OneJobKube(job, children)
-    state = OperatorState(kube, Metrics(), Config(fresh_read_seconds=600, fresh_reads_per_second=0.5))
+    kube, state = _pending_job_in_cache(Config(fresh_read_seconds=600, fresh_reads_per_second=0.5))
     state.jobs = _looping(100)
-    state.cache.job_seen("team-a", "ctr", job)
-    for child in children:
-        state.cache.child_seen("ADDED", child)
     real, ahead = time.monotonic, [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: real() + ahead[0])
 
