@@ -14,8 +14,9 @@ process: see peer.py):
   chiefs were restarted (every kind), each kind in each round as in the burst;
 - steady: N Running jobs for some time: the operator's RSS, CPU, API requests (counted by the API
   server) and reconciles, per job per minute; at rest, in training, and at rest after the operator
-  restarted (with its peak RSS from the restart until it had reconciled every job); with
-  `--steady-read-round` the window at rest lasts one round of the jobs' periodic fresh reads;
+  restarted (with its peak RSS from the restart until it had reconciled every job); its metrics
+  scraped every 30 s, as the chart's ServiceMonitor has Prometheus do; with `--steady-read-round`
+  the window at rest lasts one round of the jobs' periodic fresh reads;
 - big: one job of P PS + W workers: create -> all pods Running, PS failure -> new chief pod, the
   operator's peak RSS;
 - lifecycle: N jobs created, Running, their chiefs exit 0, Succeeded, deleted: the operator's API

@@ -36,6 +36,7 @@ Obj = dict[str, Any]
 CREATORS = 8  # concurrent clients creating the jobs of a burst (the same for ours and the floor)
 TIMEOUT = 1800.0
 OBSERVE_SECONDS = 15.0  # after the peer's PS are replaced: long enough to see it restart a chief
+SCRAPE_SECONDS = 30.0  # the chart's ServiceMonitor's interval (metrics.serviceMonitor.interval)
 
 
 @dataclass
@@ -350,19 +351,16 @@ def _window(
     bench: Bench, jobs: int, seconds: float, progress: ChiefProgress | None, reads: int = 0
 ) -> dict[str, float]:
     """The operator's RSS at the end of `seconds`, and its CPU, requests, reconciles and progress
-    polls over them; with `reads`, over as long as it took to read a job that many times too."""
+    polls over them, its metrics scraped as Prometheus would; with `reads`, over as long as it took
+    to read a job that many times too, and the most jobs it read in a minute."""
     pid = bench.operator.pid
     assert pid is not None
     requests, cpu = _requests(bench, "ours"), measure.cpu_seconds(pid)
     count, fetches = measure.reconciles(bench.metrics_port), progress.requests if progress else 0
-    started, peak = time.monotonic(), {}
-    if reads:
-        # Jobs read together come due together an interval later, then are read in turn at the
-        # reads' pace, which reads them all within another interval.
-        timeout = 2 * Config().fresh_read_interval(jobs) + TIMEOUT
-        peak["job_reads_peak_per_minute"] = _read_round(bench, seconds, reads, timeout)
-    else:
-        time.sleep(seconds)
+    started = time.monotonic()
+    # Jobs read together come due together an interval later, then are read in turn at the reads'
+    # pace, which reads them all within another interval.
+    scraped = _scraped(bench, seconds, reads, 2 * Config().fresh_read_interval(jobs) + TIMEOUT)
     seconds = time.monotonic() - started
     requests = _requests(bench, "ours") - requests
     per_job_minute = 60 / seconds / jobs
@@ -378,21 +376,22 @@ def _window(
         "reconciles_per_job_minute": reconciles * per_job_minute,
         "progress_fetches_per_job_minute": ((progress.requests if progress else 0) - fetches)
         * per_job_minute,
-        **peak,
+        **({"job_reads_peak_per_minute": measure.most_in_a_minute(scraped)} if reads else {}),
     }
 
 
-def _read_round(bench: Bench, seconds: float, reads: int, timeout: float) -> float:
-    """Waits `seconds`, and until the operator has read a job `reads` times since; returns the
-    most reads of a job it made in any minute of that time (sampled every 5 s)."""
+def _scraped(bench: Bench, seconds: float, reads: int, timeout: float) -> list[tuple[float, float]]:
+    """Scrapes the operator's metrics every SCRAPE_SECONDS, as Prometheus does with the chart's
+    ServiceMonitor, for `seconds` and until it has read a job `reads` times since; returns (time,
+    reads of a job so far) at each scrape."""
     started = time.monotonic()
-    samples = [(started, measure.job_reads(bench.metrics_port))]
-    while time.monotonic() - started < seconds or samples[-1][1] - samples[0][1] < reads:
+    scraped = [(started, measure.job_reads(bench.metrics_port))]
+    while time.monotonic() - started < seconds or scraped[-1][1] - scraped[0][1] < reads:
         if time.monotonic() - started > timeout:
             raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {reads} reads of a job")
-        time.sleep(5.0)
-        samples.append((time.monotonic(), measure.job_reads(bench.metrics_port)))
-    return measure.most_in_a_minute(samples)
+        time.sleep(SCRAPE_SECONDS - (time.monotonic() - started) % SCRAPE_SECONDS)
+        scraped.append((time.monotonic(), measure.job_reads(bench.metrics_port)))
+    return scraped
 
 
 def big(bench: Bench, ps: int, workers: int) -> dict[str, Any]:
