@@ -878,6 +878,18 @@ def _pending_job_in_cache(config: Config) -> tuple[OneJobKube, OperatorState]:
     return kube, state
 
 
+def _reads_of_a_reconcile(kube: OneJobKube, state: OperatorState, last_read_ago: float | None) -> int:
+    """The fresh reads of a reconcile of _pending_job_in_cache's job, last read `last_read_ago`
+    seconds ago (None: never)."""
+    if last_read_ago is None:
+        state.cache.read_at.pop(("team-a", "ctr"), None)
+    else:
+        state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_ago
+    before = kube.reads
+    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    return kube.reads - before
+
+
 def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -888,11 +900,8 @@ def test_with_many_jobs_the_periodic_fresh_reads_stretch_to_their_pace(
 
     def reads_after(seconds_since_read: float, jobs: int) -> int:
         state.jobs = _looping(jobs)
-        state.cache.read_at[("team-a", "ctr")] = time.monotonic() - seconds_since_read
         state.next_periodic_read = -math.inf  # no other job's periodic read lately
-        before = kube.reads
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
-        return kube.reads - before
+        return _reads_of_a_reconcile(kube, state, seconds_since_read)
 
     reads_after(0, jobs=100)  # its first decision acts (reading fresh first); the next ones rest
     assert reads_after(590, jobs=100) == 0
@@ -915,14 +924,7 @@ def test_periodic_fresh_reads_that_come_due_together_go_one_at_a_time_at_their_p
     monkeypatch.setattr(time, "monotonic", lambda: real() + ahead[0])
 
     def reads(last_read_ago: float | None) -> int:
-        """The reads of a reconcile of a job last read `last_read_ago` seconds ago (None: never)."""
-        if last_read_ago is None:
-            state.cache.read_at.pop(("team-a", "ctr"), None)
-        else:
-            state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_ago
-        before = kube.reads
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
-        return kube.reads - before
+        return _reads_of_a_reconcile(kube, state, last_read_ago)
 
     reads(None)  # its first decision acts (reading fresh first); the next ones rest
     assert reads(610) == 1  # due, the first periodic read: at once

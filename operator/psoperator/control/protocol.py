@@ -269,8 +269,8 @@ async def reconcile_once(
     last_read = state.cache.read_at.get(key, -math.inf)
     # A job's first read (a new loop: the watches may not have listed its children yet) is not paced.
     first = last_read == -math.inf
-    due = first or started - last_read >= state.fresh_read_interval()
-    fresh = seen is None or (due and not new and (first or state.may_read_periodically(started)))
+    due = not first and started - last_read >= state.fresh_read_interval()  # its periodic read
+    fresh = seen is None or (not new and (first or (due and state.may_read_periodically(started))))
     if fresh:
         seen = await read_fresh(state, key)
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):

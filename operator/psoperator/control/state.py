@@ -61,7 +61,7 @@ class Config:
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
 
     def fresh_read_interval(self, jobs: int) -> float:
-        """The longest each of `jobs` jobs goes without a periodic fresh read."""
+        """How long each of `jobs` jobs goes before its periodic fresh read is due."""
         return max(self.fresh_read_seconds, jobs / self.fresh_reads_per_second)
 
 
@@ -137,7 +137,7 @@ class OperatorState:
         return self.jobs.setdefault(key, JobState(logger))
 
     def fresh_read_interval(self) -> float:
-        """The longest a job goes without a fresh read now (Config.fresh_reads_per_second)."""
+        """How long a job goes before its periodic fresh read is due now (Config.fresh_reads_per_second)."""
         return self.config.fresh_read_interval(len(self.jobs))
 
     def may_read_periodically(self, now: float) -> bool:
