@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -166,12 +167,14 @@ def test_a_pod_a_fresh_read_found_gone_is_not_brought_back_by_a_watch_that_lags(
 def test_a_pod_found_gone_whose_deleted_never_comes_is_let_go_at_a_read_long_after() -> None:
     """A watch that re-listed across a pod's deletion never sends its DELETED: the uid it left
     superseded is let go at the first fresh read SUPERSEDED_SECONDS later, not kept for the job's
-    lifetime; a read before then keeps it, so a lagging event still cannot show the pod again."""
+    lifetime; a read before then keeps it, so a lagging event still cannot show the pod again.
+    The read comes at a time where `(start + SUPERSEDED_SECONDS) - start` rounds below
+    SUPERSEDED_SECONDS, as it does at some times of a clock that has run long enough."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
     _seen(cache, "ADDED", _pod("ctr-ps-0", "Pending", 3))
-    start = time.monotonic()
+    start = _a_later_time_whose_sum_rounds_down(SUPERSEDED_SECONDS)
     cache.read_fresh(key, _job(1, 2), [], [], start)
     assert cache.superseded
     cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS - 1)
@@ -180,6 +183,15 @@ def test_a_pod_found_gone_whose_deleted_never_comes_is_let_go_at_a_read_long_aft
     assert snapshot is not None and snapshot.pods == []
     cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS)
     assert not cache.superseded
+
+
+def _a_later_time_whose_sum_rounds_down(span: float) -> float:
+    """A time after now at which `(t + span) - t < span` in floating point: `t + span` crosses a
+    power of two, where the spacing of floats doubles."""
+    t = 2.0 ** math.ceil(math.log2(time.monotonic() + 2 * span)) - span / 2
+    while (t + span) - t >= span:
+        t = math.nextafter(t, math.inf)
+    return t
 
 
 def test_a_deletion_seen_while_a_fresh_read_is_under_way_is_not_undone_by_it() -> None:

@@ -171,7 +171,7 @@ class WatchCache:
     def _supersede(self, key: JobKey, uids: list[str], now: float) -> None:
         """Keep `uids` gone from now on, and let go of those found gone long ago."""
         held = self.superseded.get(key, {})
-        kept = {uid: at for uid, at in held.items() if now - at < SUPERSEDED_SECONDS}
+        kept = {uid: at for uid, at in held.items() if now < at + SUPERSEDED_SECONDS}
         kept.update(dict.fromkeys(uids, now))
         if kept:
             self.superseded[key] = kept
