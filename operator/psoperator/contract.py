@@ -12,9 +12,10 @@ import enum
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class Role(enum.StrEnum):
@@ -206,22 +207,48 @@ class ExitCode(enum.IntEnum):
 DEFAULT_PERMANENT_EXIT_CODES: tuple[int, ...] = (int(ExitCode.PERMANENT), int(ExitCode.BAD_CONFIG))
 
 
+# The largest step a report may give: the job's status keeps steps as 64-bit integers.
+MAX_STEP = 2**63 - 1
+# The latest checkpointTime: 9999-12-31T23:59:59Z, the last second an RFC 3339 time can name.
+LATEST_UNIX_SECONDS = 253402300799.0
+# The longest checkpointPath a report may give (Linux's PATH_MAX): the job's status keeps it.
+MAX_PATH_LENGTH = 4096
+
+
+@dataclass(frozen=True)
+class RejectedReport:
+    """A JSON object offered as a progress report that the operator does not use, and why."""
+
+    reason: str
+
+
 class ProgressReport(BaseModel):
-    """What the chief reports about training: served at PROGRESS_PATH, written as termination message."""
+    """What the chief reports about training: served at PROGRESS_PATH, written as termination message.
+
+    Every value the job's status keeps is bounded here, so that a report can never make the status
+    unwritable: steps fit 64 bits, the checkpoint time is Unix seconds an RFC 3339 time can name,
+    the checkpoint path is no longer than a path can be."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
     state: Literal["starting", "running", "succeeded", "failed"] = "starting"
-    step: int = Field(0, ge=0, description="Global step the chief has reached.")
-    total_steps: int | None = Field(None, alias="totalSteps", ge=0)
-    resumed_from_step: int | None = Field(None, alias="resumedFromStep", ge=0)
-    checkpoint_step: int | None = Field(None, alias="checkpointStep", ge=0)
-    checkpoint_path: str | None = Field(None, alias="checkpointPath")
+    step: int = Field(0, ge=0, le=MAX_STEP, description="Global step the chief has reached.")
+    total_steps: int | None = Field(None, alias="totalSteps", ge=0, le=MAX_STEP)
+    resumed_from_step: int | None = Field(None, alias="resumedFromStep", ge=0, le=MAX_STEP)
+    checkpoint_step: int | None = Field(None, alias="checkpointStep", ge=0, le=MAX_STEP)
+    checkpoint_path: str | None = Field(None, alias="checkpointPath", max_length=MAX_PATH_LENGTH)
     checkpoint_time: float | None = Field(None, alias="checkpointTime", description="Unix seconds.")
     examples_per_second: float | None = Field(None, alias="examplesPerSecond")
     loss: float | None = None
     exit_code: int | None = Field(None, alias="exitCode")
     message: str | None = None
+
+    @field_validator("checkpoint_time")
+    @classmethod
+    def _unix_seconds(cls, value: float | None) -> float | None:
+        if value is not None and not 0 <= value <= LATEST_UNIX_SECONDS:  # NaN is neither
+            raise ValueError(f"must be Unix seconds from 0 to {LATEST_UNIX_SECONDS:.0f}, not milliseconds")
+        return value
 
     def to_json(self) -> str:
         """Compact JSON that fits a termination message."""
@@ -232,8 +259,11 @@ class ProgressReport(BaseModel):
         return text
 
     @classmethod
-    def parse(cls, text: str | bytes | None) -> ProgressReport | None:
-        """Parse a report from untrusted text; None for anything missing or garbled."""
+    def read(cls, text: str | bytes | None) -> ProgressReport | RejectedReport | None:
+        """A report from untrusted text. None when there is none: no text, or text that is no JSON
+        object (the log tail the kubelet keeps when a plain image wrote no termination message). A
+        JSON object that is no valid report (a value out of range, of a wrong type) is rejected,
+        saying why."""
         if not text:
             return None
         try:
@@ -244,5 +274,21 @@ class ProgressReport(BaseModel):
             return None
         try:
             return cls.model_validate(data)
-        except ValidationError:
-            return None
+        except ValidationError as error:
+            return RejectedReport(_describe(error))
+
+    @classmethod
+    def parse(cls, text: str | bytes | None) -> ProgressReport | None:
+        """A report from untrusted text; None for anything missing, garbled or invalid."""
+        report = cls.read(text)
+        return report if isinstance(report, ProgressReport) else None
+
+
+def _describe(error: ValidationError) -> str:
+    """What is wrong with each field, as `checkpointTime: must be ... (got 1.7e+12)`."""
+    parts = []
+    for problem in error.errors(include_url=False):
+        field = ".".join(map(str, problem["loc"])) or "report"
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        parts.append(f"{field}: {message} (got {json.dumps(problem['input'])[:64]})")
+    return "; ".join(parts)[:512]

@@ -20,6 +20,47 @@ def test_progress_report_round_trips_and_rejects_garbage() -> None:
         assert ProgressReport.parse(garbage) is None
 
 
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('{"step": 5, "checkpointStep": 4, "checkpointTime": 1733500000000}', "checkpointTime"),  # ms
+        ('{"step": 5, "checkpointStep": 4, "checkpointTime": Infinity}', "checkpointTime"),
+        ('{"step": 5, "checkpointStep": 4, "checkpointTime": NaN}', "checkpointTime"),
+        ('{"step": 5, "checkpointStep": 4, "checkpointTime": -1}', "checkpointTime"),
+        ('{"step": 100000000000000000000000000}', "step"),
+        ('{"step": 5, "checkpointStep": 9223372036854775808}', "checkpointStep"),
+        ('{"step": "many"}', "step"),
+        ('{"step": 5, "state": 3}', "state"),
+        ('{"step": 5, "checkpointStep": [4]}', "checkpointStep"),
+        ('{"step": 5, "checkpointPath": "' + "p" * 5000 + '"}', "checkpointPath"),
+    ],
+)
+def test_a_report_with_a_value_the_status_cannot_keep_is_rejected_naming_the_field(
+    text: str, field: str
+) -> None:
+    """JSON accepts NaN and Infinity, and a chief may write milliseconds or a step past 64 bits:
+    such a report is rejected, saying which field and what it held, never half used."""
+    rejected = ProgressReport.read(text)
+    assert isinstance(rejected, contract.RejectedReport), rejected
+    assert rejected.reason.startswith(f"{field}: ") and len(rejected.reason) <= 512
+    assert ProgressReport.parse(text) is None
+
+
+def test_a_report_at_the_bounds_the_status_can_keep_is_accepted() -> None:
+    text = json.dumps(
+        {"step": contract.MAX_STEP, "checkpointStep": 0, "checkpointTime": contract.LATEST_UNIX_SECONDS}
+    )
+    report = ProgressReport.read(text)
+    assert isinstance(report, ProgressReport) and report.step == contract.MAX_STEP
+    assert ProgressReport.read('{"checkpointTime": 0}') == ProgressReport(checkpointTime=0)
+
+
+def test_text_that_is_no_json_object_is_no_report_not_a_rejected_one() -> None:
+    """A plain image's failed chief has its log tail as termination message: no report at all."""
+    for text in (None, "", "Traceback (most recent call last):\n  ...", "[1, 2]", b"\xff\xfe"):
+        assert ProgressReport.read(text) is None
+
+
 def test_termination_message_fits_the_kubelet_limit() -> None:
     long = ProgressReport(state="failed", step=1, message="x" * 10_000).to_json()
     assert len(long.encode()) <= contract.TERMINATION_MESSAGE_LIMIT

@@ -1084,3 +1084,56 @@ def test_a_ps_the_watch_showed_marked_for_preemption_and_a_read_found_gone_count
     status = kube.job["status"]
     assert (status["restarts"], status["countedRestarts"]) == (1, 0)
     assert status["lastFailure"]["reason"] == "Preempted", status["lastFailure"]
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        '{"state":"failed","step":250,"checkpointStep":200,"checkpointTime":1733500000000}',  # ms
+        '{"state":"failed","step":250,"checkpointStep":200,"checkpointTime":Infinity}',
+        '{"state":"failed","step":250,"checkpointStep":200,"checkpointTime":NaN}',
+        '{"state":"failed","step":100000000000000000000000000}',
+        '{"state":"failed","step":"many","checkpointStep":[200]}',
+    ],
+)
+def test_a_chief_whose_termination_message_is_no_valid_report_still_gets_its_verdict(
+    monkeypatch: pytest.MonkeyPatch, report: str
+) -> None:
+    """A chief that failed with exit code 1 and a termination message the status cannot keep (a
+    time in milliseconds, NaN, Infinity, a step past 64 bits, a wrong type): the job fails for the
+    exit code, the report left out, and the report is told once, not at every reconcile of the
+    message that never changes."""
+    warnings: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda _job, reason, message: warnings.append(f"{reason}: {message}"))
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    job = builders.with_status(builders.job(), phase="Pending")
+    job["metadata"]["resourceVersion"] = "7"
+    children = _as_created(job)
+    uids = {(c["kind"], c["metadata"]["name"]): c["metadata"]["uid"] for c in children}
+    for child in children:
+        if child["kind"] == "Job":
+            child["status"] = builders.chief_job(failed="PodFailurePolicy")["status"]
+    failed = {"exitCode": 1, "reason": "Error", "message": report}
+    chief = builders.pod("chief", 0, attempt=0, phase="Failed", terminated=failed)
+    pods = [_owned(chief, "Job", "ctr-chief", uids[("Job", "ctr-chief")])] + [
+        _owned(builders.pod(role, i), "StatefulSet", f"ctr-{role}", uids[("StatefulSet", f"ctr-{role}")])
+        for role in ("ps", "worker")
+        for i in range(2)
+    ]
+    running = builders.came_up(phase="Running", step=100, tracking=builders.tracking_of(pods[1:]))
+    job = builders.with_status(job, **running) | {"metadata": job["metadata"]}
+    kube = PodsKube(job, children, pods)
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+
+    def reconcile() -> None:
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+
+    reconcile()
+    status = kube.job["status"]
+    assert (status["phase"], status["lastFailure"]["exitCode"], status["step"]) == ("Failed", 1, 100)
+    [warning] = warnings
+    assert warning.startswith("InvalidProgressReport: the termination message of pod ctr-chief-0x is ignored")
+    state.cache.read_at.clear()  # read again in full: the same message, told already
+    reconcile()
+    assert len(warnings) == 1

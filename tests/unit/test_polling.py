@@ -9,9 +9,16 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from psoperator.contract import CHECKPOINT_PATH
+from psoperator.contract import (
+    CHECKPOINT_PATH,
+    LATEST_UNIX_SECONDS,
+    PROGRESS_PATH,
+    ProgressReport,
+    RejectedReport,
+)
 from psoperator.control import polling
 from psoperator.policies.planned_stop import CheckpointAsk, StopCause
+from tests.unit.builders import observed, pod
 
 
 def test_a_chief_that_never_refused_is_always_asked() -> None:
@@ -96,3 +103,51 @@ def test_nothing_listening_or_a_chief_that_refused_its_progress_port_is_no_wait(
     refusals = polling.refused(None, "chief-uid", 0.0)
     skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals))
     assert "does not serve its progress port" in (skipped.answer.reason or "")
+
+
+def _reported(body: bytes) -> tuple[Any, Any]:
+    """What chief_report makes of a running chief whose progress port on loopback answers `body`."""
+    chief = observed([pod("chief", 0, attempt=0, ip="127.0.0.1")]).chief_pod(0)
+
+    async def progress(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()  # chunked: no Content-Length to go by
+        await response.prepare(request)
+        for start in range(0, len(body), 8192):
+            await response.write(body[start : start + 8192])
+        await response.write_eof()
+        return response
+
+    async def scenario() -> tuple[Any, Any]:
+        app = web.Application()
+        app.router.add_get(PROGRESS_PATH, progress)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await polling.chief_report(session, port, chief, None)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(scenario())
+
+
+def test_a_progress_report_the_status_cannot_keep_or_too_long_is_rejected_naming_the_pod() -> None:
+    """The port's answer is read up to MAX_REPORT_BYTES: a chief that serves more is rejected, not
+    held in the operator's memory whole."""
+    report, refusals = _reported(b'{"step": 5, "checkpointTime": NaN}')
+    assert report == RejectedReport(
+        "the progress report of pod ctr-chief-0x is ignored: checkpointTime: must be Unix seconds"
+        f" from 0 to {LATEST_UNIX_SECONDS:.0f}, not milliseconds (got NaN)"
+    )
+    assert refusals is None  # it answered
+    long = b'{"step": 5, "message": "' + b"x" * polling.MAX_REPORT_BYTES + b'"}'
+    report, _ = _reported(long)
+    assert report == RejectedReport(
+        f"the progress report of pod ctr-chief-0x is ignored: longer than {polling.MAX_REPORT_BYTES} bytes"
+    )
+    at_the_limit = long[: polling.MAX_REPORT_BYTES - 2] + b'"}'
+    assert _reported(at_the_limit) == (ProgressReport.read(at_the_limit), None)
+    assert isinstance(ProgressReport.read(at_the_limit), ProgressReport)

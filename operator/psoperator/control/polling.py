@@ -8,6 +8,9 @@ reconcile about to restart that chief included. So a chief pod that refused or d
 time (a "refusal" below) is asked again only after a wait that doubles with each refusal, from
 FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS. A runtime that starts its endpoint late is seen late by
 at most about as long as it took to start it; any answer, even a garbled one, ends the back-off.
+
+A report with a value the job's status cannot keep (contract.ProgressReport.read) is rejected,
+naming the pod and where it came from, and the job is decided without it.
 """
 
 from __future__ import annotations
@@ -18,12 +21,20 @@ from datetime import UTC, datetime
 
 import aiohttp
 
-from psoperator.contract import CHECKPOINT_PATH, PROGRESS_PATH, CheckpointAnswer, ProgressReport
+from psoperator.contract import (
+    CHECKPOINT_PATH,
+    PROGRESS_PATH,
+    CheckpointAnswer,
+    ProgressReport,
+    RejectedReport,
+)
 from psoperator.observe.views import PodView
 from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome
 
 FIRST_WAIT_SECONDS = 5.0
 MAX_WAIT_SECONDS = 300.0
+# The most of an answer of the progress port that is read: a report is a few hundred bytes.
+MAX_REPORT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -53,40 +64,60 @@ class NotServing(Exception):
 
 async def fetch_progress(
     session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
-) -> ProgressReport | None:
-    """The chief's progress report; None when it cannot be had or makes no sense. Raises NotServing
-    when nothing takes the connection (refused, no route) or nothing answers within `timeout` (a
-    hung runtime): either way, asking at every reconcile would cost each one as much."""
+) -> ProgressReport | RejectedReport | None:
+    """The chief's progress report; None when it cannot be had or is no report, rejected when it
+    is no valid one (ProgressReport.read) or longer than MAX_REPORT_BYTES. Raises NotServing when
+    nothing takes the connection (refused, no route) or nothing answers within `timeout` (a hung
+    runtime): either way, asking at every reconcile would cost each one as much."""
     url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             if response.status != 200:
                 return None
-            return ProgressReport.parse(await response.read())
+            body = b""  # up to one byte past the limit, which is enough to tell it was passed
+            while len(body) <= MAX_REPORT_BYTES:
+                chunk = await response.content.read(MAX_REPORT_BYTES + 1 - len(body))
+                if not chunk:  # the end
+                    break
+                body += chunk
     except (aiohttp.ClientConnectorError, TimeoutError) as error:
         raise NotServing(url) from error
     except (aiohttp.ClientError, OSError):
         return None
+    if len(body) > MAX_REPORT_BYTES:
+        return RejectedReport(f"longer than {MAX_REPORT_BYTES} bytes")
+    return ProgressReport.read(body)
 
 
 async def chief_report(
     session: aiohttp.ClientSession | None, port: int, chief: PodView | None, refusals: Refusals | None
-) -> tuple[ProgressReport | None, Refusals | None]:
+) -> tuple[ProgressReport | RejectedReport | None, Refusals | None]:
     """The chief's report (its termination message once it ended, else from its progress port
-    unless the port refused or did not answer lately), and the refusals in a row after this."""
+    unless the port refused or did not answer lately), and the refusals in a row after this. A
+    rejected report names the pod and where it came from."""
     if chief is None:
         return None, refusals
     if chief.terminated is not None:  # the runtime's last word, as its termination message
-        return ProgressReport.parse(chief.terminated.message), refusals
+        report = ProgressReport.read(chief.terminated.message)
+        return _from(report, f"the termination message of pod {chief.name}"), refusals
     if not (chief.running and chief.ip and session is not None):
         return None, refusals
     now = time.monotonic()
     if not due(refusals, chief.uid, now):
         return None, refusals
     try:
-        return await fetch_progress(session, chief.ip, port), None
+        report = await fetch_progress(session, chief.ip, port)
     except NotServing:
         return None, refused(refusals, chief.uid, now)
+    return _from(report, f"the progress report of pod {chief.name}"), None
+
+
+def _from(
+    report: ProgressReport | RejectedReport | None, source: str
+) -> ProgressReport | RejectedReport | None:
+    if isinstance(report, RejectedReport):
+        return RejectedReport(f"{source} is ignored: {report.reason}")
+    return report
 
 
 # What the answer may take beyond the ask's deadline: the chief answers at its deadline at the latest.

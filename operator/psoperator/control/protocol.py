@@ -54,7 +54,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator.api.labels import CHILD_KINDS, QUEUE_KINDS
 from psoperator.api.models import TrackedPod, Tracking
-from psoperator.contract import ProgressReport
+from psoperator.contract import ProgressReport, RejectedReport
 from psoperator.control import kueue, polling, settled
 from psoperator.control.state import JobState, OperatorState
 from psoperator.faults import Fault, crash_at
@@ -204,9 +204,8 @@ async def decide(
     if report is None:
         attempt = int((job.get("status") or {}).get("restarts") or 0)
         port, chief = state.config.progress_port, observed.chief_pod(attempt)
-        report, job_state.refusals = await polling.chief_report(
-            state.session, port, chief, job_state.refusals
-        )
+        given, job_state.refusals = await polling.chief_report(state.session, port, chief, job_state.refusals)
+        report = accepted(job_state, job, given)
     now = datetime.now(UTC)
     tracked = {entry.uid for entry in tracking.values()}
     facts = settled.inputs_of(
@@ -244,6 +243,22 @@ async def decide(
     if not changes and not conflicts:
         job_state.in_sync = inputs
     return Decision(plan, report, changes, conflicts, now, inputs, facts)
+
+
+def accepted(
+    job_state: JobState, job: Any, report: ProgressReport | RejectedReport | None
+) -> ProgressReport | None:
+    """The chief's report to decide with; a rejected one is told (a Warning, once while the chief
+    keeps giving it) and the job decided without it, from its pods as for a chief that reports
+    nothing."""
+    if not isinstance(report, RejectedReport):
+        if report is not None:
+            job_state.rejected = None
+        return report
+    if report != job_state.rejected:
+        kopf.warn(job, reason="InvalidProgressReport", message=report.reason)
+        job_state.rejected = report
+    return None
 
 
 def never_acted_on(seen: Snapshot | None) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.contract import DEFAULT_PROGRESS_PORT, RejectedReport
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import Refusals
 from psoperator.control.settled import Settled
@@ -82,6 +82,8 @@ class JobState:
     # is told once while it lasts, not at every resync.
     told: frozenset[tuple[str, str]] = frozenset()
     refusals: Refusals | None = None  # its chief's refusals of the progress port in a row
+    # Its chief's latest rejected report, told once while the chief keeps giving it.
+    rejected: RejectedReport | None = None
     # The chief's answer to the latest checkpoint asked before a planned stop, for the next reconcile.
     checkpoint_outcome: CheckpointOutcome | None = None
     # Its last decision if it changed nothing: it stands while nothing it was decided from changes.
