@@ -78,6 +78,32 @@ def test_children_and_pods_come_from_events_and_go_with_deletion() -> None:
     assert cache.snapshot((NS, "ctr")) is None and not cache.pods and not cache.children
 
 
+def test_the_objects_of_a_forgotten_job_leave_nothing_behind_as_the_garbage_collector_deletes_them() -> None:
+    """After its job is forgotten, the garbage collector marks each pod and child deleting, then
+    deletes it: none of their events keeps anything (a uid in `gone` for each, forever, before) or
+    wakes a loop."""
+    cache = WatchCache()
+    key = (NS, "ctr")
+    cache.job_seen(NS, "ctr", _job(1, 1))
+    pods = [_pod(f"ctr-worker-{i}") for i in range(200)]
+    children = render_children(job())
+    for pod in pods:
+        _seen(cache, "ADDED", pod)
+    for child in children:
+        cache.child_seen("ADDED", child | {"metadata": {**child["metadata"], "uid": child["kind"]}})
+    cache.forget(key)
+    for pod in pods:
+        deleting = {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z", "resourceVersion": "2"}
+        assert _seen(cache, "MODIFIED", pod | {"metadata": deleting}) is None
+        assert _seen(cache, "DELETED", pod | {"metadata": deleting}) is None
+    for child in children:
+        assert (
+            cache.child_seen("DELETED", child | {"metadata": {**child["metadata"], "uid": child["kind"]}})
+            is None
+        )
+    assert (cache.gone, cache.pods, cache.children, cache.superseded) == ({}, {}, {}, {})
+
+
 def test_an_object_without_the_job_label_is_not_kept() -> None:
     cache = WatchCache()
     stranger = _pod("other")

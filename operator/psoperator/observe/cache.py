@@ -99,6 +99,10 @@ class WatchCache:
         if not job or not meta.get("namespace"):
             return None
         owner = (meta["namespace"], job)
+        if owner not in self.jobs:
+            # A job forgotten (the garbage collector deletes its objects after it) or not seen yet
+            # (a watch listed before the jobs' own): its first reconcile reads it in full.
+            return None
         superseded = self.superseded.get(owner)
         if superseded is not None and kept.uid in superseded:
             if event != "DELETED":
