@@ -68,12 +68,12 @@ RETRIES, RETRY_BACKOFF_SECONDS = 3, 0.2
 
 
 class _ApiRetry(urllib3.util.Retry):
-    """Which failed requests urllib3 sends again (RETRIES times at most, backing off, after the
-    server's Retry-After when it gives one): a read that got a transient status, and any request
-    the server refused with Retry-After (API Priority and Fairness turns a request away with 429
-    before doing anything). Reads that got no answer are sent again too (urllib3's default for
-    idempotent requests). A write that failed otherwise fails its reconcile, which reads fresh
-    before it writes again."""
+    """Which failed requests urllib3 sends again (RETRIES times at most, backing off with jitter,
+    after the server's Retry-After when it gives one): a read that got a transient status, and any
+    request the server refused with Retry-After (API Priority and Fairness turns a request away
+    with 429 before doing anything). Reads that got no answer are sent again too (urllib3's default
+    for idempotent requests). A write that failed otherwise fails its reconcile, which its loop
+    retries (control/loop.py)."""
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
         if not self.total:
@@ -84,7 +84,12 @@ class _ApiRetry(urllib3.util.Retry):
 
 
 def api_retry() -> urllib3.util.Retry:
-    return _ApiRetry(total=RETRIES, backoff_factor=RETRY_BACKOFF_SECONDS, raise_on_status=False)
+    return _ApiRetry(
+        total=RETRIES,
+        backoff_factor=RETRY_BACKOFF_SECONDS,
+        backoff_jitter=RETRY_BACKOFF_SECONDS,  # readers failed together do not retry together
+        raise_on_status=False,
+    )
 
 
 def resource_of(path: str) -> str:

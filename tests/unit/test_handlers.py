@@ -9,9 +9,11 @@ import copy
 import http.server
 import logging
 import math
+import random
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -30,7 +32,7 @@ from psoperator.control import loop, polling, protocol
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import chief_report
 from psoperator.control.state import Config, JobState, OperatorState
-from psoperator.kube import LIST_PAGE
+from psoperator.kube import LIST_PAGE, StaleJob
 from psoperator.metrics.readings import JobReading
 from psoperator.metrics.registry import Metrics
 from psoperator.observe.cache import Snapshot
@@ -434,8 +436,27 @@ def test_every_loop_runs_in_the_first_job_handlers_context_not_its_own(
     assert seen == ["first's handler"] * 4
 
 
-def test_back_off_doubles_up_to_its_limit() -> None:
-    assert [loop.retry_after(n) for n in (1, 2, 3, 6, 7, 50)] == [1.0, 2.0, 4.0, 30.0, 30.0, 30.0]
+def _drawing_the(end: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """random.uniform draws the `end` ("low" or "high") of its range."""
+    monkeypatch.setattr(random, "uniform", lambda low, high: low if end == "low" else high)
+
+
+def test_back_off_draws_within_a_span_that_doubles_up_to_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full jitter: anywhere from 0 to the span; the span of an outage of days is still RETRY_MAX."""
+    failures = (1, 2, 3, 6, 7, 50, 10_000)
+    _drawing_the("high", monkeypatch)
+    assert [loop.retry_after(n) for n in failures] == [1.0, 2.0, 4.0, 30.0, 30.0, 30.0, 30.0]
+    _drawing_the("low", monkeypatch)
+    assert {loop.retry_after(n) for n in failures} == {0.0}
+
+
+def test_jobs_failed_together_retry_spread_over_the_span_not_in_lockstep() -> None:
+    """1,000 jobs whose reconciles an API outage failed at once: their retries spread over the
+    span, about as many in each tenth of it."""
+    waits = [loop.retry_after(5) for _ in range(1000)]
+    assert all(0 <= w <= loop.RETRY_FIRST * 16 for w in waits)
+    tenths = Counter(int(w / (loop.RETRY_FIRST * 1.6)) for w in waits)
+    assert len(tenths) == 10 and min(tenths.values()) > 50, tenths
 
 
 def test_a_series_of_failed_reconciles_is_logged_once_and_its_end_once(
@@ -459,6 +480,7 @@ def test_a_series_of_failed_reconciles_is_logged_once_and_its_end_once(
 
     monkeypatch.setattr(loop, "reconcile_once", flaky)
     monkeypatch.setattr(asyncio, "timeout", recorded_timeout)
+    _drawing_the("high", monkeypatch)
     state = OperatorState(RecordingKube(), Metrics())
     logger = logging.getLogger("test.flaky")
     with caplog.at_level(logging.DEBUG, logger="test.flaky"):
@@ -1137,3 +1159,90 @@ def test_a_chief_whose_termination_message_is_no_valid_report_still_gets_its_ver
     state.cache.read_at.clear()  # read again in full: the same message, told already
     reconcile()
     assert len(warnings) == 1
+
+
+class ConflictingKube(OneJobKube):
+    """OneJobKube that refuses a status write computed from another version than the job's (409),
+    as the API server does, and has the job deleted once a write went through; every read of the
+    job and status write is recorded in `job_requests`."""
+
+    def __init__(self, job: Any, children: list[Any]) -> None:
+        super().__init__(job, children)
+        self.job_requests: list[str] = []
+        self.deleted = False
+
+    def get_job(self, namespace: str, name: str) -> Any:
+        self.job_requests.append(
+            "GET " + ("(gone)" if self.deleted else self.job["metadata"]["resourceVersion"])
+        )
+        return None if self.deleted else super().get_job(namespace, name)
+
+    def patch_job_status(self, namespace: str, name: str, patch: Any, resource_version: str) -> Any:
+        self.job_requests.append(f"PATCH {resource_version}")
+        if resource_version != self.job["metadata"]["resourceVersion"]:
+            raise StaleJob(f"{namespace}/{name} changed since version {resource_version}")
+        self.deleted = True
+        return super().patch_job_status(namespace, name, patch, resource_version)
+
+
+def test_a_status_write_refused_as_stale_is_written_again_after_a_pause_and_a_fresh_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job never acted on is decided from the watch alone. Another writer changed it after the
+    watch showed it (version 8 where the cache holds 7), so the status write is refused (409).
+    The loop waits a random pause within RETRY_FIRST, reads the job and writes the status computed
+    from what it read: not the same refused write again and again from the watch cache, at once."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    changed = job | {"metadata": {**job["metadata"], "resourceVersion": "8", "labels": {"team": "a"}}}
+    kube = ConflictingKube(changed | {"status": {}}, [])
+    state = OperatorState(kube, Metrics(), Config(resync_seconds=3600))
+    state.cache.job_seen("team-a", "ctr", job)
+    waits: list[float] = []
+    real_timeout = asyncio.timeout
+
+    def recorded_timeout(delay: float) -> asyncio.Timeout:
+        waits.append(delay)
+        return real_timeout(0)
+
+    monkeypatch.setattr(asyncio, "timeout", recorded_timeout)
+    _drawing_the("high", monkeypatch)
+    asyncio.run(asyncio.wait_for(loop.run_job(state, "team-a", "ctr", logging.getLogger("test")), 10))
+    # The refused write, the pause, the read and the write from it; then the job is gone.
+    assert kube.job_requests == ["PATCH 7", "GET 8", "PATCH 8", "GET (gone)"]
+    assert waits[0] == loop.RETRY_FIRST and kube.job["status"]["phase"] == "Pending"
+
+
+def test_after_a_failed_reconcile_the_jobs_full_read_is_due_at_its_turn_not_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An API outage fails the reconciles of every job at once: none of them reads in full at its
+    retry unless the periodic reads' pace gives it the turn (1,000 jobs: 7,000 requests at once
+    otherwise); each decides from the watch cache meanwhile."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    kube, state = _pending_job_in_cache(Config(fresh_read_seconds=600, fresh_reads_per_second=0.5))
+    key = ("team-a", "ctr")
+    outcomes: list[Exception | None] = [ApiException(status=503, reason="Service Unavailable"), None, None]
+    reads: list[int] = []
+    reconcile = protocol.reconcile_once
+
+    async def failing_once(state: OperatorState, namespace: str, name: str, logger: Any) -> Any:
+        before = kube.listed.count("Service")  # only a full read lists them
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+        plan = await reconcile(state, namespace, name, logger)
+        reads.append(kube.listed.count("Service") - before)
+        if not outcomes:
+            return None  # the loop ends
+        state.next_periodic_read = -math.inf  # the next turn is this job's
+        return plan
+
+    monkeypatch.setattr(loop, "reconcile_once", failing_once)
+    real_timeout = asyncio.timeout
+    monkeypatch.setattr(asyncio, "timeout", lambda _delay: real_timeout(0))  # no wait between them
+    state.cache.read_at[key] = time.monotonic()  # read in full lately
+    state.next_periodic_read = time.monotonic() + 60  # another job's periodic read just went
+    state.jobs = _looping(1000)
+    asyncio.run(loop.run_job(state, *key, logging.getLogger("test")))
+    assert reads == [0, 1]  # the retry waits for its turn, then reads in full

@@ -10,8 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import RequestHistory
 
-from psoperator.kube import RETRIES, Kube, api_retry
+from psoperator.kube import RETRIES, RETRY_BACKOFF_SECONDS, Kube, api_retry
 
 JOB_PATH = "/apis/psoperator.io/v1alpha1/namespaces/team-a/pstrainingjobs/ctr"
 
@@ -97,3 +98,13 @@ def test_a_missing_object_is_not_sent_again(server: Scripted) -> None:
     server.script = [(404, None)]
     assert _kube(server).get_job("team-a", "ctr") is None
     assert server.seen == ["GET"]
+
+
+def test_reads_failed_together_are_sent_again_at_spread_times() -> None:
+    """Past the first retry, each waits its back-off plus up to RETRY_BACKOFF_SECONDS at random: the
+    reads of many jobs that one API server restart failed together do not come back together."""
+    failed = RequestHistory("GET", JOB_PATH, None, 503, None)
+    retry = api_retry().new(history=(failed, failed))
+    waits = {retry.get_backoff_time() for _ in range(50)}
+    backoff = RETRY_BACKOFF_SECONDS * 2
+    assert len(waits) > 40 and all(backoff <= w <= backoff + RETRY_BACKOFF_SECONDS for w in waits)

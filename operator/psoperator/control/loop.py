@@ -4,8 +4,13 @@ A job's loop reconciles it (control/protocol.py) on start (including after an op
 when the watches wake it (its spec or one of its children changed; not its status: the operator
 writes it), and on a timer for progress, deadlines and TTLs: finished and suspended jobs rarely,
 every timer jittered, all of them stretched when the jobs together would pass `resyncs_per_second`.
-A failed reconcile is retried with back-off. The loop ends when the job is gone, forgetting it, or
-when it is cancelled (the job deleted, the Lease lost, the operator stopping).
+A reconcile that did not go through is retried after a back-off with full jitter (a random wait up
+to a span that doubles with each failure in a row), so that jobs failed together by an API outage
+do not come back together: after an error the job's full read is due, and comes at its turn
+(OperatorState.may_read_periodically), not at once; after a refused status write (409: the job
+changed since it was read) the job is read fresh before the status is written again. The loop ends
+when the job is gone, forgetting it, or when it is cancelled (the job deleted, the Lease lost, the
+operator stopping).
 
 The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
 daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from typing import Any
@@ -29,7 +35,8 @@ from psoperator.kube import StaleJob, api_failure
 from psoperator.observe.cache import JobKey
 from psoperator.plan.draft import ReconcilePlan
 
-# After a failed reconcile: the first retry soon, then less and less often.
+# After a reconcile that did not go through, the span of the wait before the next: RETRY_FIRST,
+# doubling with each one in a row up to RETRY_MAX.
 RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 # Timers are spread by this fraction either way, so jobs started together do not stay aligned.
 JITTER = 0.1
@@ -133,8 +140,10 @@ def resync_after(state: OperatorState, plan: ReconcilePlan | None) -> float:
 
 
 def retry_after(failures: int) -> float:
-    """Seconds before the next reconcile after `failures` failed ones in a row (exponential back-off)."""
-    return float(min(RETRY_FIRST * 2 ** (failures - 1), RETRY_MAX))
+    """Seconds before the next reconcile after `failures` ones in a row that did not go through: a
+    random point of the back-off's span (full jitter)."""
+    span = min(RETRY_FIRST * 2 ** min(failures - 1, 32), RETRY_MAX)
+    return random.uniform(0, span)
 
 
 def log_failure(logger: Any, error: Exception, failures: int) -> None:
@@ -156,7 +165,7 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
     job = state.job(key, logger)
     wakeup = job.wakeup = job.wakeup or asyncio.Event()
     state.metrics.jobs_managed.set(len(state.looping()))
-    failures = 0
+    failures = conflicts = 0  # in a row: failed reconciles; status writes refused as stale
     try:
         while True:
             wakeup.clear()
@@ -166,20 +175,21 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
                 state.metrics.reconciled("ok", time.monotonic() - started)
                 job.idle = is_idle(plan)
                 wait = resync_after(state, plan)
-            except StaleJob as stale:  # another writer got there first: read it again at once
+            except StaleJob as stale:  # another writer got there first: read it before writing again
+                conflicts += 1
                 logger.info("%s; reconciling it again", stale)
-                plan, wait = None, 0.0
-                state.cache.read_at.pop(key, None)  # from the API, not from the watch
+                job.stale = True
+                plan, wait = None, retry_after(conflicts)
             except Exception as error:  # one bad reconcile must not end the job's loop
                 failures += 1
                 log_failure(logger, error, failures)
                 state.metrics.reconciled("error", time.monotonic() - started)
                 plan, wait = None, retry_after(failures)
-                state.cache.read_at.pop(key, None)  # the next one reads fresh
+                state.cache.read_at[key] = -math.inf  # its full read is due, at its turn
             else:
                 if failures:
                     logger.info("reconcile succeeded again after %d failures", failures)
-                failures = 0
+                failures = conflicts = 0
                 if plan is None:  # gone or being deleted, even if its watch event is still to come
                     state.forget(key)
                     return

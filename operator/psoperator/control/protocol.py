@@ -16,8 +16,11 @@ another writer came first.
          v
     cache snapshot ---- none; or the job has a status and no fresh read yet (a new loop), or its
          |              last is older than fresh_read_seconds (stretched past
-         |              fresh_reads_per_second) and the last such periodic read went
+         |              fresh_reads_per_second; a failed reconcile makes it due) and the
+         |              last such periodic read went
          |              1 / fresh_reads_per_second ago ----------------> read fresh (in full)
+         |                                                               |
+         +-- its last status write was refused (409) ------------------> read fresh (ACT_READ)
          |                                                               |
          v                                                               v
       decide <-----------------------------------------------------------+
@@ -275,19 +278,23 @@ async def reconcile_once(
     for pods to go outlasts DEPARTURE_RECHECK_SECONDS since their last read; read in full when the
     job has none (a new loop) or its last is older than `state.fresh_read_interval()` and the
     periodic reads' pace lets it (state.may_read_periodically), unless the job was never acted on;
-    or when the cache has none of it."""
+    or when the cache has none of it. After a refused status write (JobState.stale), read fresh
+    (ACT_READ at least) before deciding."""
     started = time.monotonic()
     key = (namespace, name)
     job_state = state.job(key, logger)
     seen = state.cache.snapshot(key)
     new = never_acted_on(seen)  # decided and acted on from the watch alone
+    # A job's first read (a new loop: the watches may not have listed its children yet) is not paced;
+    # -inf is a full read due at its turn (after a failed reconcile).
+    first = key not in state.cache.read_at
     last_read = state.cache.read_at.get(key, -math.inf)
-    # A job's first read (a new loop: the watches may not have listed its children yet) is not paced.
-    first = last_read == -math.inf
     due = not first and started - last_read >= state.fresh_read_interval()  # its periodic read
-    fresh = seen is None or (not new and (first or (due and state.may_read_periodically(started))))
+    full = seen is None or (not new and (first or (due and state.may_read_periodically(started))))
+    fresh = full or job_state.stale  # a refused status write: the job, at least, is read again
     if fresh:
-        seen = await read_fresh(state, key)
+        seen = await read_fresh(state, key, full)
+        job_state.stale = False
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await decide(state, job_state, seen, fresh)
