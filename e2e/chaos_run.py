@@ -128,9 +128,9 @@ def _running(api: client.ApiClient, ns: str, name: str) -> Obj:
 
 
 def _tracked(status: Obj, pod: Obj) -> bool:
-    """The operator tracks this very pod (status.tracking.pods: name -> {uid, restarts, ...})."""
-    entry = ((status.get("tracking") or {}).get("pods") or {}).get(pod["metadata"]["name"]) or {}
-    return isinstance(entry, dict) and entry.get("uid") == pod["metadata"]["uid"]
+    """The operator tracks this very pod (status.tracking)."""
+    entry = psjobs.tracked(status).get(pod["metadata"]["name"])
+    return entry is not None and entry.uid == pod["metadata"]["uid"]
 
 
 def _running_pod(api: client.ApiClient, ns: str, name: str, role: str, index: int = 0) -> Obj:

@@ -10,6 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.util import as_json, wait_for
+from psoperator.api.models import TrackedPod, Tracking
 
 GROUP, VERSION, PLURAL = "psoperator.io", "v1alpha1", "pstrainingjobs"
 LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT = "psoperator.io/job-name", "psoperator.io/role", "psoperator.io/attempt"
@@ -72,6 +73,11 @@ def get(api: client.ApiClient, namespace: str, name: str) -> Obj | None:
 def status(api: client.ApiClient, namespace: str, name: str) -> Obj:
     job = get(api, namespace, name)
     return (job or {}).get("status") or {}
+
+
+def tracked(status: Obj) -> dict[str, TrackedPod]:
+    """The pods a status tracks, by name, as the operator reads status.tracking."""
+    return Tracking.model_validate(status.get("tracking") or {}).pods
 
 
 def patch_spec(api: client.ApiClient, namespace: str, name: str, spec: Obj) -> None:

@@ -113,7 +113,7 @@ def test_a_disruption_seen_by_the_leader_is_never_counted_by_the_replica_that_ta
     name, uid = ps["metadata"]["name"], ps["metadata"]["uid"]
     chaos.mark_disruption(k8s, namespace, name)
     wait_for(
-        lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["pods"][name].get("disruption"),
+        lambda: psjobs.tracked(psjobs.status(k8s, namespace, "ctr"))[name].disruption,
         timeout=30,
         message="the disruption recorded in status.tracking",
     )

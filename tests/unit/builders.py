@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from psoperator.api.models import TrackedPod, Tracking
 from psoperator.observe.failures import TRACKED_ROLES
 from psoperator.observe.views import Observed, parse_job, parse_pod
 from psoperator.status.tracking import tracked
@@ -164,6 +165,11 @@ def came_up(**status: Any) -> Obj:
     its story (the Created and AllRunning events) is told already."""
     created = {"type": "Created", "status": "True", "reason": "ChildrenCreated", "lastTransitionTime": "x"}
     return {"conditions": [created], "allRunningTime": format_time(NOW - timedelta(minutes=9)), **status}
+
+
+def tracked_in(status: Obj) -> dict[str, TrackedPod]:
+    """The pods a written status tracks, by name (its StatefulSet pods are stored as rows)."""
+    return Tracking.model_validate(status.get("tracking") or {}).pods
 
 
 def tracking_of(pods: list[Obj]) -> Obj:

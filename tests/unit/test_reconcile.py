@@ -21,6 +21,7 @@ from tests.unit.builders import (
     observed,
     pod,
     running_cluster,
+    tracked_in,
     tracking_of,
     with_status,
 )
@@ -768,7 +769,7 @@ def test_a_recycled_ps_is_never_judged_again_in_its_attempt_whatever_order_the_v
     restart = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
     recycled = {"ctr-ps-0": "ctr-ps-0-uid"}
     assert restart.status["tracking"]["recycling"] == recycled
-    assert "ctr-ps-0" not in restart.status["tracking"]["pods"]  # going away on purpose
+    assert "ctr-ps-0" not in tracked_in(restart.status)  # going away on purpose
     status = restart.status
     views = [
         lost[2:],  # the old ps-0 not shown (gone, as a fresh read finds it)
@@ -780,9 +781,9 @@ def test_a_recycled_ps_is_never_judged_again_in_its_attempt_whatever_order_the_v
         plan = plan_reconcile({**running, "status": status}, observed(pods), None, NOW)
         assert plan.failures == [] and [e.reason for e in plan.events] == [], pods
         assert plan.status["tracking"]["recycling"] == recycled
-        assert "ctr-ps-0-uid" not in {e["uid"] for e in plan.status["tracking"]["pods"].values()}
+        assert "ctr-ps-0-uid" not in {e.uid for e in tracked_in(plan.status).values()}
         status = plan.status
-    assert plan.status["tracking"]["pods"]["ctr-ps-0"]["uid"] == "new-0"
+    assert tracked_in(plan.status)["ctr-ps-0"].uid == "new-0"
     assert status["lastFailure"]["pod"] == "ctr-ps-1"  # the restart's cause, and only it
 
 

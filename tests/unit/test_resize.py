@@ -13,7 +13,17 @@ from psoperator.plan.stages import plan_reconcile
 from psoperator.policies import resize
 from psoperator.policies.planned_stop import CheckpointOutcome, StopCause
 from psoperator.render import render_children
-from tests.unit.builders import NOW, came_up, chief_job, job, observed, pod, running_cluster, tracking_of
+from tests.unit.builders import (
+    NOW,
+    came_up,
+    chief_job,
+    job,
+    observed,
+    pod,
+    running_cluster,
+    tracked_in,
+    tracking_of,
+)
 
 BASE = running_cluster()
 SAVED = CheckpointAnswer(checkpointStep=340, checkpointPath="/ckpt/ckpt-4", saved=True)
@@ -130,7 +140,7 @@ def test_workers_beyond_the_new_shape_going_away_are_no_failures() -> None:
     going = [*BASE, pod("worker", 2, deleting=True)]
     plan = _reconcile(obj, going)
     assert not plan.failures and not plan.restarted
-    assert set(plan.status["tracking"]["pods"]) == {"ctr-ps-0", "ctr-ps-1", "ctr-worker-0", "ctr-worker-1"}
+    assert set(tracked_in(plan.status)) == {"ctr-ps-0", "ctr-ps-1", "ctr-worker-0", "ctr-worker-1"}
 
 
 def test_a_resize_before_the_chief_job_exists_applies_to_the_next_attempt_at_once() -> None:

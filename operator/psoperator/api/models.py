@@ -11,11 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic.config import JsonDict
 
 from psoperator.api.vocabulary import Phase
-from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
+from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES, Role
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
@@ -502,13 +511,15 @@ class TrackedPod(_Status):
 
     @classmethod
     def from_entry(cls, entry: str) -> TrackedPod:
-        """The form earlier versions stored: "uid/restarts/sidecar restarts" (the last part not in
-        the oldest ones)."""
-        uid, restarts, sidecars = [*entry.split("/"), "", ""][:3]
+        """The record as a string, "uid/restarts/sidecar restarts/disruption": the form earlier
+        versions stored (without the disruption, and the oldest without the sidecar restarts) and
+        the start of a row of Tracking.stateful_sets."""
+        uid, restarts, sidecars, disruption = [*entry.split("/"), "", "", ""][:4]
         return cls(
             uid=uid,
             restarts=int(restarts) if restarts.isdigit() else 0,
             sidecarRestarts=int(sidecars) if sidecars.isdigit() else None,
+            disruption=disruption or None,
         )
 
 
@@ -541,6 +552,45 @@ def _upgraded(value: Any, from_entry: Callable[[str], Record | None]) -> Any:
     return {name: entry for name, entry in read.items() if entry is not None}
 
 
+# The roles whose pods are StatefulSet pods, named <job>-<role>-<ordinal>.
+_SET_ROLES = frozenset({Role.PS.value, Role.WORKER.value})
+
+
+def _set_member(name: str) -> tuple[str, int] | None:
+    """The StatefulSet and ordinal of a pod named <job>-<ps|worker>-<ordinal>; None for another."""
+    set_name, _, ordinal = name.rpartition("-")
+    canonical = ordinal.isascii() and ordinal.isdigit() and ordinal == str(int(ordinal))
+    if not canonical or int(ordinal) >= MAX_WORKERS or set_name.rpartition("-")[2] not in _SET_ROLES:
+        return None
+    return set_name, int(ordinal)
+
+
+def _row(pod: TrackedPod, error: StartError | None) -> str:
+    """A row of Tracking.stateful_sets: "uid/restarts/sidecarRestarts[/disruption[/since[/told]]]"."""
+    sidecars = "" if pod.sidecar_restarts is None else str(pod.sidecar_restarts)
+    parts = [pod.uid, str(pod.restarts), sidecars, (pod.disruption or "").replace("/", "_")]
+    if error is not None:
+        parts += [error.since, "told" if error.told else ""]
+    return "/".join(parts).rstrip("/")
+
+
+def _from_row(row: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A row's TrackedPod and StartError, as the models validate them."""
+    uid, restarts, sidecars, disruption, since, told = [*row.split("/"), "", "", "", "", ""][:6]
+    count = int(restarts) if restarts.isdigit() else 0
+    pod = {
+        "uid": uid,
+        "restarts": count,
+        "sidecarRestarts": int(sidecars) if sidecars.isdigit() else None,
+        "disruption": disruption or None,
+    }
+    return pod, {"uid": uid, "restarts": count, "since": since, "told": told == "told"} if since else None
+
+
+# In memory every pod's record is in Tracking.pods and every start error in start_errors, by pod
+# name. Stored, the StatefulSet pods' go to stateful_sets, a row of a few dozen bytes each, so that
+# a job at the CRD's limits (1,000 parameter servers, 10,000 workers) keeps a status etcd takes; the
+# CRD makes the whole object atomic, so the status write's managedFields names none of its entries.
 class Tracking(_Status):
     """What the operator last saw of the long-running pods: how it tells a lost pod from a new one."""
 
@@ -552,8 +602,18 @@ class Tracking(_Status):
     pods: dict[str, TrackedPod] = Field(
         default_factory=dict,
         description=(
-            "Parameter server, worker and evaluator pods, by name: uid, restarts (of the training "
-            "container), sidecarRestarts (of the others), disruption (a DisruptionTarget's reason)."
+            "The pods not in statefulSets (the evaluator's), by name: uid, restarts (of the "
+            "training container), sidecarRestarts (of the others), disruption (a DisruptionTarget's "
+            "reason). Versions before statefulSets kept every pod here."
+        ),
+    )
+    stateful_sets: dict[str, list[str]] | None = Field(
+        None,
+        alias="statefulSets",
+        description=(
+            "The parameter server and worker pods, by StatefulSet (the pod <set>-<i> in row i, empty "
+            'where there is none): "uid/restarts/sidecarRestarts", then "/disruption" if one was '
+            'seen, then "/since" and "/told" if the pod cannot start (as startErrors has them).'
         ),
     )
     start_errors: dict[str, StartError] | None = Field(
@@ -573,6 +633,52 @@ class Tracking(_Status):
             "chief's variables, and they are never tracked or counted as failures."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_rows(cls, data: Any) -> Any:
+        """The rows of statefulSets, read into pods and startErrors (as their aliases name them)."""
+        sets = data.get("statefulSets") if isinstance(data, dict) else None
+        if not isinstance(sets, dict):
+            return data
+        pods = dict(_upgraded(data.get("pods") or {}, TrackedPod.from_entry))
+        errors = dict(_upgraded(data.get("startErrors") or {}, StartError.from_entry))
+        for set_name, rows in sets.items():
+            for ordinal, row in enumerate(rows if isinstance(rows, list) else []):
+                if isinstance(row, str) and row:
+                    name = f"{set_name}-{ordinal}"
+                    pods[name], error = _from_row(row)
+                    if error is not None:
+                        errors[name] = error
+        return {**data, "statefulSets": None, "pods": pods, "startErrors": errors or None}
+
+    @model_serializer(mode="wrap")
+    def _write_rows(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        """The StatefulSet pods as rows of statefulSets, with their start errors."""
+        data: dict[str, Any] = handler(self)
+        errors_key, sets_key = (
+            ("startErrors", "statefulSets") if info.by_alias else ("start_errors", "stateful_sets")
+        )
+        pods, errors = data.get("pods") or {}, data.get(errors_key) or {}
+        sets: dict[str, list[str]] = {}
+        for name, pod in self.pods.items():
+            member = _set_member(name)
+            if member is None:
+                continue
+            error = (self.start_errors or {}).get(name)
+            if error is None or not error.since or (error.uid, error.restarts) != (pod.uid, pod.restarts):
+                error = None  # not this record's episode: it stays by name
+            rows = sets.setdefault(member[0], [])
+            rows.extend([""] * (member[1] + 1 - len(rows)))
+            rows[member[1]] = _row(pod, error)
+            pods.pop(name, None)
+            if error is not None:
+                errors.pop(name, None)
+        if errors_key in data and self.start_errors and not errors:
+            del data[errors_key]
+        if sets:
+            data[sets_key] = sets
+        return data
 
     @field_validator("pods", mode="before")
     @classmethod
