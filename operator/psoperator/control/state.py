@@ -81,12 +81,12 @@ class JobState:
     # The NameConflict and ChildRejected warnings its last changes told, as (reason, message): each
     # is told once while it lasts, not at every resync.
     told: frozenset[tuple[str, str]] = frozenset()
-    # Its last status write was refused (409): the job changed since the version it was decided
-    # from, and its next reconcile reads it fresh before deciding.
-    stale: bool = False
     refusals: Refusals | None = None  # its chief's refusals of the progress port in a row
     # Its chief's latest rejected report, told once while the chief keeps giving it.
     rejected: RejectedReport | None = None
+    # Its last status write was refused (409): the job changed since the version it was decided
+    # from, and its next reconcile reads it fresh before deciding.
+    stale: bool = False
     # The chief's answer to the latest checkpoint asked before a planned stop, for the next reconcile.
     checkpoint_outcome: CheckpointOutcome | None = None
     # Its last decision if it changed nothing: it stands while nothing it was decided from changes.
