@@ -1,5 +1,6 @@
 """The documentation cannot drift from the code: the generated reference pages are what the code
-renders, and they miss no field, value or flag."""
+renders, they miss no field, value or flag, and the troubleshooting page explains every reason the
+operator can write, every condition type and every phase."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ import yaml
 from psoperator import cli
 from psoperator.api import crd
 from psoperator.api.models import FailurePolicy
+from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.reference import ROOT, api_fields, chart_values, commands, reasons
 from psoperator.reference.pages import PAGES
+
+TROUBLESHOOTING = ROOT / "docs" / "troubleshooting.md"
 
 
 @pytest.mark.parametrize(("page", "render"), PAGES.items(), ids=[str(p) for p in PAGES])
@@ -125,6 +129,18 @@ def test_the_cli_reference_has_every_command_and_argument_each_with_help() -> No
                 continue
             assert action.help, f"psoperator {name} {action.option_strings or action.dest} has no help"
             assert commands._argument(action) in text
+
+
+def test_troubleshooting_explains_every_reason_the_operator_can_write() -> None:
+    text = TROUBLESHOOTING.read_text()
+    missing = sorted(r for r in reasons.reasons_in_code() if f"`{r}`" not in text)
+    assert missing == [], f"docs/troubleshooting.md says nothing of {missing}"
+
+
+def test_troubleshooting_has_a_section_for_every_condition_type_and_names_every_phase() -> None:
+    text = TROUBLESHOOTING.read_text()
+    assert [t for t in ConditionType if f"### `{t}`" not in text] == []
+    assert [p for p in Phase if f"`{p}`" not in text] == []
 
 
 def test_the_reason_finder_reads_each_way_the_code_writes_a_reason(tmp_path: Path) -> None:
