@@ -2,7 +2,9 @@
 
 Children are created with POST and changed with server-side apply only once they are known to be
 ours (owner reference to the job's uid), so the operator never takes over or deletes an object it
-does not own. What to change is decided elsewhere (plan/children.py); this module carries it out.
+does not own; the fields of the create are folded into the apply's before the first apply
+(managed_fields.py). What to change is decided elsewhere (plan/children.py); this module carries
+it out.
 Blocking client calls run in threads so the kopf event loop stays responsive.
 """
 
@@ -22,8 +24,9 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
+from psoperator.managed_fields import FIELD_MANAGER, folded
 from psoperator.observe.views import owned_by
-from psoperator.plan.children import ChildChange, ChildVerb, plan_children
+from psoperator.plan.children import MERGE_PATCHED, ChildChange, ChildVerb, plan_children
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import changeable
 from psoperator.render.workload import GROUP as KUEUE_GROUP
@@ -31,7 +34,6 @@ from psoperator.render.workload import VERSION as KUEUE_VERSION
 
 Obj = dict[str, Any]
 Kept = TypeVar("Kept")
-FIELD_MANAGER = "ps-training-operator"
 log = logging.getLogger(__name__)
 
 # Blocking API calls at once (threads, and connections to the API server): a PS lost in many jobs
@@ -47,8 +49,6 @@ _PATHS = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "Workload": (f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}", "workloads"),
 }
-# Changed by a merge patch of their changeable fields only (render.changeable), never applied whole.
-_MERGE_PATCHED = ("Job", "Workload")
 
 
 def load_config() -> None:
@@ -140,6 +140,10 @@ LIST_PAGE = 500
 # request or an admission webhook's denial (400), a ResourceQuota, Pod Security or RBAC (403), a
 # value (422; a Job's immutable fields are never sent, see _patch).
 REFUSALS = frozenset({400, 403, 422})
+# Times a child's fold (managed_fields.py) is tried, each on a fresh read of it: a fold is refused
+# (409) if the child changed since its read (its controller writes its status); after the last,
+# the reconcile fails and is tried again.
+FOLD_TRIES = 3
 
 
 class Kube:
@@ -340,13 +344,13 @@ class Kube:
             return
         try:
             if change.verb is ChildVerb.CREATE:
-                written = self._call("POST", self._path(kind, namespace), change.manifest)
+                path, manager = self._path(kind, namespace), [("fieldManager", FIELD_MANAGER)]
+                written = self._call("POST", path, change.manifest, query=manager)
                 result.created.append(ref)
             else:
-                path = self._path(kind, namespace, name)
-                if change.merge_first is not None:
-                    self._call("PATCH", path, change.merge_first, content_type="application/merge-patch+json")
-                written = self._patch(path, change.manifest)
+                if change.fold_updates and not self._fold_updates(namespace, change.manifest, result):
+                    return
+                written = self._patch(self._path(kind, namespace, name), change.manifest)
                 result.patched.append(ref)
             result.written.append({**written, "kind": kind})
         except ApiException as error:
@@ -362,17 +366,47 @@ class Kube:
         that the watch has not shown yet (kept as it is), or a stranger's of the same name (a
         conflict, left alone). Listed by name: the chart grants list and watch on children, not get."""
         kind, name = manifest["kind"], manifest["metadata"]["name"]
-        owner = manifest["metadata"]["ownerReferences"][0]["uid"]
-        query = [("fieldSelector", f"metadata.name={name}")]
-        listed = self._call("GET", self._path(kind, namespace), query=query).get("items", [])
-        own = [item for item in listed if owned_by(item, owner)]
+        own = [item for item in self._named(namespace, manifest) if owned_by(item, _owner(manifest))]
         if own:
             result.written.append({**own[0], "kind": kind})
         else:
             result.conflicts.append(f"{kind}/{name}")
 
+    def _named(self, namespace: str, manifest: Obj) -> list[Obj]:
+        """The object of the manifest's kind and name, as a list of it or none."""
+        query = [("fieldSelector", f"metadata.name={manifest['metadata']['name']}")]
+        listed = self._call("GET", self._path(manifest["kind"], namespace), query=query)
+        return list(listed.get("items", []))
+
+    def _fold_updates(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:
+        """Fold the operator's Update entries of the child into its Apply entry (managed_fields.py),
+        on the child read now, guarded by the version read. False: the child is gone (the next
+        reconcile creates it) or a stranger's (a conflict, left alone), and is not to be applied."""
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        tries = 0
+        while True:
+            live = next(iter(self._named(namespace, manifest)), None)
+            if live is None:
+                return False
+            if not owned_by(live, _owner(manifest)):
+                result.conflicts.append(f"{kind}/{name}")
+                return False
+            meta = live["metadata"]
+            fields = folded(meta.get("managedFields") or [], manifest["apiVersion"])
+            if fields is None:
+                return True
+            body = {"metadata": {"resourceVersion": meta["resourceVersion"], "managedFields": fields}}
+            try:
+                path, manager = self._path(kind, namespace, name), [("fieldManager", FIELD_MANAGER)]
+                self._call("PATCH", path, body, content_type="application/merge-patch+json", query=manager)
+                return True
+            except ApiException as error:
+                tries += 1
+                if error.status != 409 or tries == FOLD_TRIES:
+                    raise
+
     def _patch(self, path: str, manifest: Obj) -> Obj:
-        if manifest["kind"] in _MERGE_PATCHED:
+        if manifest["kind"] in MERGE_PATCHED:
             # Only the fields a Job (or a Workload) lets change, as a merge patch: an apply of the
             # partial object would remove the immutable fields it leaves out, and one of the whole
             # is refused.
@@ -397,6 +431,11 @@ class Kube:
         """Delete a pod the plan named, only if it is still the pod it saw (uid precondition)."""
         path = f"/api/v1/namespaces/{namespace}/pods/{deletion.pod}"
         self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
+
+
+def _owner(manifest: Obj) -> str:
+    uid: str = manifest["metadata"]["ownerReferences"][0]["uid"]
+    return uid
 
 
 def _already_exists(error: ApiException) -> bool:

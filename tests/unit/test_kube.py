@@ -18,8 +18,9 @@ from kubernetes.client.exceptions import ApiException
 from psoperator import GROUP
 from psoperator.api.labels import ANNOTATION_HASH, LABEL_ATTEMPT
 from psoperator.control.polling import NotServing, fetch_progress
-from psoperator.kube import Kube, StaleJob, api_failure, resource_of
-from psoperator.observe.views import parse_pod
+from psoperator.kube import FOLD_TRIES, Kube, StaleJob, api_failure, resource_of
+from psoperator.managed_fields import folded
+from psoperator.observe.views import parse_pod, slim_child
 from psoperator.plan.children import ChildChange, ChildVerb
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import render_children
@@ -187,29 +188,124 @@ def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
     assert not {"template", "podFailurePolicy", "completions"} & set(body["spec"])
 
 
-def test_a_statefulset_of_an_older_version_loses_its_defaulted_rolling_update_before_the_apply() -> None:
-    """A version without updateStrategy left RollingUpdate and its defaulted rollingUpdate, which no
-    manager owns: an apply of OnDelete alone is refused (422), as the API server merges them."""
-    desired = [m for m in render_children(job()) if m["kind"] == "StatefulSet"]
-    live = _live(desired)
-    for sts in live:
-        sts["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
-        sts["metadata"]["annotations"][ANNOTATION_HASH] = "older-version"
+def test_a_child_is_created_in_the_operators_name() -> None:
+    """A create records an Update entry of FIELD_MANAGER (an earlier version's was the client's)."""
     kube = RecordingKube()
-    result = kube.apply_children(NS, "job-uid", desired, live)
-    assert sorted(result.patched) == ["StatefulSet/ctr-ps", "StatefulSet/ctr-worker"]
-    merge, apply = kube.bodies[:2]
-    assert merge == (
-        "application/merge-patch+json",
-        {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}},
-    )
-    assert apply[0] == "application/apply-patch+yaml"
-    # Once OnDelete, a patch is the apply alone.
+    kube.apply_children(NS, "job-uid", render_children(job()), [])
+    assert {url.split("?")[1] for _, url, *_ in kube.wire.sent} == {"fieldManager=ps-training-operator"}
+
+
+def _created(statefulset: Obj, managers: list[str]) -> Obj:
+    """`statefulset` as the API server returns it once created and applied: `managers` each owning
+    the trainer's env var of its name (the operator's Update entries the create and earlier merge
+    patches made), FIELD_MANAGER's Apply entry owning PSOP_ROLE, the controller's status entry."""
+    container = 'k:{"name":"trainer"}'
+
+    def env(name: str) -> Obj:
+        var: Obj = {f'k:{{"name":"{name}"}}': {".": {}, "f:name": {}, "f:value": {}}}
+        return {"f:spec": {"f:template": {"f:spec": {"f:containers": {container: {"f:env": var}}}}}}
+
+    def entry(manager: str, operation: str, fields: Obj, **more: str) -> Obj:
+        base = {"manager": manager, "operation": operation, "apiVersion": "apps/v1", "fieldsType": "FieldsV1"}
+        return {**base, "fieldsV1": fields, **more}
+
+    live = _live([statefulset])[0]
+    live["metadata"]["resourceVersion"] = "41"
+    live["metadata"]["annotations"][ANNOTATION_HASH] = "an-older-render"
+    live["metadata"]["managedFields"] = [
+        *(entry(manager, "Update", env(manager)) for manager in managers),
+        entry("ps-training-operator", "Apply", env("PSOP_ROLE")),
+        entry("kube-controller-manager", "Update", {"f:status": {}}, subresource="status"),
+    ]
+    return live
+
+
+def _statefulset() -> Obj:
+    return next(m for m in render_children(job()) if m["kind"] == "StatefulSet")
+
+
+def test_the_create_s_fields_are_folded_into_the_apply_s_before_the_first_apply() -> None:
+    """Read fresh (the watch cache keeps which managers, not their fields), folded with the version
+    read as a precondition, then applied: a field the apply drops is then removed."""
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator", "OpenAPI-Generator"])
     kube = RecordingKube()
-    for sts in live:
-        sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
-    kube.apply_children(NS, "job-uid", desired, live)
-    assert [ct for ct, _ in kube.bodies] == ["application/apply-patch+yaml"] * 2
+    kube.wire.answers = [{"items": [live]}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    path = f"/apis/apps/v1/namespaces/{NS}/statefulsets"
+    assert kube.calls == [("GET", path), ("PATCH", f"{path}/ctr-ps"), ("PATCH", f"{path}/ctr-ps")]
+    assert result.patched == ["StatefulSet/ctr-ps"]
+    (_, fold), (applied, _) = kube.bodies[1:]
+    assert applied == "application/apply-patch+yaml"
+    managed = live["metadata"]["managedFields"]
+    assert fold == {"metadata": {"resourceVersion": "41", "managedFields": folded(managed, "apps/v1")}}
+    [apply, status] = fold["metadata"]["managedFields"]
+    assert status["subresource"] == "status"
+    containers = apply["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]
+    names = ("OpenAPI-Generator", "PSOP_ROLE", "ps-training-operator")
+    assert sorted(containers['k:{"name":"trainer"}']["f:env"]) == [f'k:{{"name":"{n}"}}' for n in names]
+
+
+def test_a_child_with_nothing_to_fold_is_applied_at_once() -> None:
+    desired = _statefulset()
+    live = _created(desired, [])
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [(method, ct) for (method, _), (ct, _) in zip(kube.calls, kube.bodies, strict=True)] == [
+        ("PATCH", "application/apply-patch+yaml")
+    ]
+
+
+CONFLICT = {"kind": "Status", "code": 409, "reason": "Conflict"}
+
+
+def test_a_fold_refused_as_the_child_changed_since_its_read_reads_it_again() -> None:
+    """Its controller writes its status (a new version) between the read and the fold."""
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator"])
+    kube = RecordingKube()
+    kube.wire.statuses = [200, 409]
+    kube.wire.answers = [{"items": [live]}, CONFLICT, {"items": [live]}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [method for method, _ in kube.calls] == ["GET", "PATCH", "GET", "PATCH", "PATCH"]
+    assert result.patched == ["StatefulSet/ctr-ps"]
+
+
+def test_a_fold_refused_every_time_fails_the_reconcile() -> None:
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator"])
+    kube = RecordingKube()
+    kube.wire.statuses = [200, 409] * FOLD_TRIES
+    kube.wire.answers = [{"items": [live]}, CONFLICT] * FOLD_TRIES
+    with pytest.raises(ApiException):
+        kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [method for method, _ in kube.calls] == ["GET", "PATCH"] * FOLD_TRIES
+
+
+@pytest.mark.parametrize("now", ["a stranger's", "gone"])
+def test_a_child_to_fold_that_is_no_longer_the_jobs_is_neither_folded_nor_applied(now: str) -> None:
+    """Deleted since the watch showed it, and perhaps made again by someone else: an apply would
+    make it (or take it over); the next reconcile creates it, or tells of the conflict."""
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator"])
+    there = {**live, "metadata": {**live["metadata"], "ownerReferences": [{"uid": "other"}]}}
+    kube = RecordingKube()
+    kube.wire.answers = [{"items": [there] if now == "a stranger's" else []}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [method for method, _ in kube.calls] == ["GET"]
+    assert result.patched == []
+    assert result.conflicts == (["StatefulSet/ctr-ps"] if now == "a stranger's" else [])
+
+
+def test_a_merge_patched_child_is_not_folded() -> None:
+    """A Job's immutable fields are never sent: its create's Update entry keeps them."""
+    live = _live(render_children(job()))
+    chief = next(o for o in live if o["kind"] == "Job")
+    chief["metadata"]["managedFields"] = [{"manager": "ps-training-operator", "operation": "Update"}]
+    desired = render_children(job(), chief_stopped=True)
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [m for m in desired if m["kind"] == "Job"], [chief])
+    assert kube.calls == [("PATCH", CHIEF_PATH)]
 
 
 def test_a_held_chief_replaces_nothing_yet_but_the_old_job_is_deleted() -> None:

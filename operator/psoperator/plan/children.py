@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from psoperator.api.labels import ANNOTATION_HASH, CHILD_KINDS, LABEL_ATTEMPT
+from psoperator.managed_fields import holds_updates
 from psoperator.observe.views import owned_by
 
 Obj = dict[str, Any]
+# Changed by a merge patch of their changeable fields only (render.changeable), never applied whole.
+MERGE_PATCHED = frozenset({"Job", "Workload"})
 
 
 class ChildVerb(enum.Enum):
@@ -27,19 +30,9 @@ class ChildChange:
     manifest: Obj
     verb: ChildVerb
     replaced: Obj | None = None  # a chief Job of an older attempt, deleted first
-    # A merge patch sent before the patch: what an apply cannot remove, since no manager owns it.
-    merge_first: Obj | None = None
-
-
-def _stale_defaults(current: Obj, manifest: Obj) -> Obj | None:
-    """What `current` keeps that an apply of `manifest` cannot remove and the API server refuses
-    beside it: the `rollingUpdate` that defaulting gave a StatefulSet made by a version without
-    `updateStrategy`, which OnDelete forbids (an apply of `rollingUpdate: null` keeps it too)."""
-    wanted = manifest.get("spec", {}).get("updateStrategy", {}).get("type")
-    live = current.get("spec", {}).get("updateStrategy", {})
-    if manifest["kind"] != "StatefulSet" or wanted != "OnDelete" or "rollingUpdate" not in live:
-        return None
-    return {"spec": {"updateStrategy": {"type": wanted, "rollingUpdate": None}}}
+    # The child holds fields of the operator's updates (its create): they are folded into its
+    # apply's first (managed_fields.py), so that the patch removes what the render no longer has.
+    fold_updates: bool = False
 
 
 def _attempt(obj: Obj) -> str | None:
@@ -87,8 +80,8 @@ def plan_children(
             current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
             != manifest["metadata"]["annotations"][ANNOTATION_HASH]
         ):
-            stale = _stale_defaults(current, manifest)
-            changes.append(ChildChange(manifest, ChildVerb.PATCH, merge_first=stale))
+            fold = kind not in MERGE_PATCHED and holds_updates(current)
+            changes.append(ChildChange(manifest, ChildVerb.PATCH, fold_updates=fold))
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     for key, current in live.items():
         if key not in wanted and key[0] in CHILD_KINDS and owned_by(current, owner_uid):
@@ -97,8 +90,9 @@ def plan_children(
 
 
 def children_fingerprint(owner_uid: str, observed: list[Obj]) -> frozenset[tuple[Any, ...]]:
-    """All that `plan_children` reads of the observed children: which exist, whether the job owns
-    each, its attempt and its hash. Their status, which changes often, is not in it."""
+    """All that decides whether `plan_children` changes the observed children: which exist, whether
+    the job owns each, its attempt and its hash. Their status, which changes often, is not in it, nor
+    their fields' managers, which decide how a patch is made, never whether."""
     return frozenset(
         (
             o.get("kind"),
