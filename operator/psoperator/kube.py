@@ -1,10 +1,10 @@
 """The one module that talks to the Kubernetes API (besides kopf's own watching and events).
 
 Children are created with POST and changed with server-side apply only once they are known to be
-ours (owner reference to the job's uid), so the operator never takes over or deletes an object it
-does not own; the fields of the create are folded into the apply's before the first apply
-(managed_fields.py). What to change is decided elsewhere (plan/children.py); this module carries
-it out.
+ours (owner reference to the job's uid), each patch with the uid of the child it was planned for,
+so the operator never takes over, makes again or deletes an object it does not own. The fields of
+the create are folded into the apply's before the first apply (managed_fields.py). What to change
+is decided elsewhere (plan/children.py); this module carries it out.
 Blocking client calls run in threads so the kopf event loop stays responsive.
 """
 
@@ -350,12 +350,16 @@ class Kube:
             else:
                 if change.fold_updates and not self._fold_updates(namespace, change.manifest, result):
                     return
-                written = self._patch(self._path(kind, namespace, name), change.manifest)
+                written = self._patch(
+                    self._path(kind, namespace, name), _for_uid(change.manifest, change.uid)
+                )
                 result.patched.append(ref)
             result.written.append({**written, "kind": kind})
         except ApiException as error:
             if change.verb is ChildVerb.CREATE and _already_exists(error):
                 self._exists(namespace, change.manifest, result)
+            elif change.uid is not None and _names_uid(error):  # a stranger's object took the name
+                result.conflicts.append(ref)
             elif error.status in REFUSALS:
                 result.rejected.append(f"{ref}: {_reason(error)}")
             else:
@@ -433,6 +437,12 @@ class Kube:
         self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
 
 
+def _for_uid(manifest: Obj, uid: str | None) -> Obj:
+    """The manifest with `uid` in its metadata: a precondition of its patch (the object of that
+    name has another uid: 422, metadata.uid is immutable; none has the name: 409, none is made)."""
+    return manifest if uid is None else {**manifest, "metadata": {**manifest["metadata"], "uid": uid}}
+
+
 def _owner(manifest: Obj) -> str:
     uid: str = manifest["metadata"]["ownerReferences"][0]["uid"]
     return uid
@@ -445,6 +455,21 @@ def _already_exists(error: ApiException) -> bool:
         return error.status == 409 and bool(json.loads(error.body or "{}").get("reason") == "AlreadyExists")
     except ValueError:
         return False
+
+
+def _names_uid(error: ApiException) -> bool:
+    """A patch refused for its uid precondition: the object of the name has another uid (422)."""
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        return False
+    details = body.get("details") if isinstance(body, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return (
+        error.status == 422
+        and isinstance(causes, list)
+        and any(isinstance(cause, dict) and cause.get("field") == "metadata.uid" for cause in causes)
+    )
 
 
 def _reason(error: ApiException) -> str:

@@ -256,6 +256,27 @@ def test_a_child_with_nothing_to_fold_is_applied_at_once() -> None:
     ]
 
 
+def test_a_patch_carries_the_uid_of_the_child_it_was_planned_from() -> None:
+    """The API server refuses it for an object of the name with another uid, and makes none."""
+    desired = _statefulset()
+    live = _created(desired, [])
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    [(_, applied)] = kube.bodies
+    assert applied["metadata"]["uid"] == live["metadata"]["uid"]
+
+
+def test_a_patch_refused_for_its_uid_is_a_name_conflict() -> None:
+    """The child went and a stranger's object took its name since the view the patch was planned from."""
+    desired = _statefulset()
+    kube = RecordingKube()
+    kube.wire.statuses = [422]
+    field = {"field": "metadata.uid", "reason": "FieldValueInvalid", "message": "field is immutable"}
+    kube.wire.answers = [{"kind": "Status", "code": 422, "details": {"causes": [field]}}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(_created(desired, []))])
+    assert (result.conflicts, result.rejected, result.patched) == (["StatefulSet/ctr-ps"], [], [])
+
+
 CONFLICT = {"kind": "Status", "code": 409, "reason": "Conflict"}
 
 

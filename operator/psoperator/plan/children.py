@@ -33,6 +33,9 @@ class ChildChange:
     # The child holds fields of the operator's updates (its create): they are folded into its
     # apply's first (managed_fields.py), so that the patch removes what the render no longer has.
     fold_updates: bool = False
+    # The uid of the child a patch is for, sent with it: the API server refuses the patch of an
+    # object of that name with another uid, and makes none when there is no object.
+    uid: str | None = None
 
 
 def _attempt(obj: Obj) -> str | None:
@@ -81,7 +84,8 @@ def plan_children(
             != manifest["metadata"]["annotations"][ANNOTATION_HASH]
         ):
             fold = kind not in MERGE_PATCHED and holds_updates(current)
-            changes.append(ChildChange(manifest, ChildVerb.PATCH, fold_updates=fold))
+            uid = current["metadata"].get("uid")
+            changes.append(ChildChange(manifest, ChildVerb.PATCH, fold_updates=fold, uid=uid))
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     for key, current in live.items():
         if key not in wanted and key[0] in CHILD_KINDS and owned_by(current, owner_uid):
