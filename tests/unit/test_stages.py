@@ -23,6 +23,7 @@ from psoperator.plan.stages import (
     detect_success,
     enforce_deadline,
     note_all_running,
+    note_overridden_template,
     recover,
     set_phase,
     suspend_or_resume,
@@ -60,6 +61,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
     assert [s.__name__ for s in STAGES] == [
         "when_finished",
         "admit_sizing",
+        "note_overridden_template",
         "suspend_or_resume",
         "wait_for_admission",
         "enforce_deadline",
@@ -267,3 +269,26 @@ def test_pods_of_an_older_chief_job_count_as_ours_after_that_job_is_deleted() ->
     ours["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "sts-uid"}]
     views = [parse_pod(p) for p in (old, stranger, ours)]
     assert [p.name for p in owned_pods(views, {"sts-uid"}, "ctr")] == ["ctr-chief-0x", "ctr-ps-1"]
+
+
+def test_a_stored_template_the_operator_overrides_is_told_once() -> None:
+    """A job stored before the CRD refused the contract's variables and port names in templates."""
+    trainer = {
+        "name": "trainer",
+        "env": [{"name": "PSOP_PROGRESS_PORT", "value": "9000"}],
+        "ports": [{"name": "tf", "containerPort": 9999}],
+    }
+    stored = with_status(job(worker={"template": {"spec": {"containers": [trainer]}}}), phase="Running")
+    spec, d = _draft(stored)
+    assert note_overridden_template(spec, d) is GO_ON
+    [condition] = [c for c in d.status.conditions if c.type == ConditionType.TEMPLATE_OVERRIDDEN]
+    assert condition.status == "True"
+    where = "spec.worker.template.spec.containers[0]"
+    assert f"{where}.env[PSOP_PROGRESS_PORT], {where}.ports[tf]" in condition.message
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "TemplateOverridden")]
+    spec, again = _draft(with_status(stored, **d.plan().status))
+    note_overridden_template(spec, again)
+    assert again.events == [] and _conditions(again)["TemplateOverridden"][0] == "True"
+    spec, clean = _draft(with_status(job(), phase="Running"))
+    note_overridden_template(spec, clean)
+    assert "TemplateOverridden" not in _conditions(clean)

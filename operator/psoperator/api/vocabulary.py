@@ -35,6 +35,7 @@ class ConditionType(enum.StrEnum):
     RESIZED = "Resized"
     STALLED = "Stalled"
     UNSCHEDULABLE = "Unschedulable"
+    TEMPLATE_OVERRIDDEN = "TemplateOverridden"
     SIZING_WARNING = "SizingWarning"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"

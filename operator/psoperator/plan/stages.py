@@ -54,6 +54,7 @@ from psoperator.policies import (
 from psoperator.policies.planned_stop import CheckpointOutcome, StopCause
 from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
+from psoperator.render.pod import overridden
 from psoperator.sizing.admission import SizingLevel, SizingVerdict, check_ps_memory
 from psoperator.status import tracking
 from psoperator.status.conditions import is_true
@@ -126,6 +127,20 @@ def _tell_sizing(d: Draft, verdict: SizingVerdict) -> None:
     warn = verdict.level is not SizingLevel.OK
     event = Event("Warning", "SizingWarning", verdict.message) if warn else None
     d.condition(ConditionType.SIZING_WARNING, warn, verdict.reason, verdict.message, event=event)
+
+
+def note_overridden_template(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """A template stored before the CRD refused what the operator sets in every pod (the contract's
+    environment, the names of its ports): the operator's own values are used, and the
+    TemplateOverridden condition names the template's (an event once: templates do not change)."""
+    if is_true(d.old.conditions, ConditionType.TEMPLATE_OVERRIDDEN):
+        return GO_ON
+    found = overridden(spec)
+    if found:
+        message = f"the operator sets {', '.join(found)} itself; the template's are not used"
+        event = Event("Warning", "TemplateOverridden", message)
+        d.condition(ConditionType.TEMPLATE_OVERRIDDEN, True, "SetByOperator", message, event=event)
+    return GO_ON
 
 
 def suspend_or_resume(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -469,6 +484,7 @@ def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
 STAGES: tuple[Stage, ...] = (
     when_finished,
     admit_sizing,
+    note_overridden_template,
     suspend_or_resume,
     wait_for_admission,
     enforce_deadline,

@@ -4,7 +4,7 @@ Added: labels, the default image, TF_CONFIG and the contract's environment in ev
 task port, the checkpoint volume, scheduling settings. What the user set wins over our defaults,
 except the labels that select the pods, the contract's environment (contract.INJECTED_ENV) and the
 names of the ports the operator declares (contract.INJECTED_PORT_NAMES): those are the operator's.
-The CRD refuses a template that sets them; one stored before it did is overridden.
+The CRD refuses a template that sets them; one stored before it did is overridden (`overridden`).
 """
 
 from __future__ import annotations
@@ -94,6 +94,19 @@ def _with_port(container: Manifest, name: str, port: int) -> None:
     ports = container.setdefault("ports", [])
     if not any(p.get("containerPort") == port for p in ports):
         ports.append({"name": name, "containerPort": port, "protocol": "TCP"})
+
+
+def overridden(spec: PSTrainingJobSpec) -> list[str]:
+    """What of the templates the operator sets over: env entries of the contract's names and ports
+    of the names it declares, as "spec.<role>.template.spec.containers[<i>].env[<name>]" (or ports)."""
+    found = []
+    for role, template in role_templates(spec).items():
+        for i, container in enumerate(template.get("spec", {}).get("containers", [])):
+            where = f"spec.{role}.template.spec.containers[{i}]"
+            env = [e["name"] for e in container.get("env", []) if e.get("name") in _OWN_ENV]
+            ports = [p["name"] for p in container.get("ports", []) if p.get("name") in _OWN_PORT_NAMES]
+            found += [f"{where}.env[{name}]" for name in env] + [f"{where}.ports[{name}]" for name in ports]
+    return found
 
 
 def role_templates(spec: PSTrainingJobSpec) -> dict[Role, Manifest]:
