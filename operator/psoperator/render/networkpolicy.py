@@ -4,7 +4,8 @@ from the job's own pods, and the chief's progress report only from the operator'
 Policies only allow: the job's pods accept nothing else (egress is left alone), and a user who
 needs more (TensorBoard, a metrics scrape) adds a policy of their own, which adds to these. Traffic
 from a pod's own node is never blocked by a NetworkPolicy (kubelet probes; an operator run out of
-cluster reaches only the chief's of its node), and hostNetwork pods are not isolated at all.
+cluster reaches only the chief's of its node). No policy isolates a pod on the node's network: the
+CRD refuses hostNetwork in the templates. The policies exist before any pod (plan/children.py).
 """
 
 from __future__ import annotations
