@@ -121,6 +121,7 @@ class BadInput:
 
 PS_CONTAINER = "spec.ps.template.spec.containers.0"
 CHIEF_CONTAINER = "spec.chief.template.spec.containers.0"
+WORKER_CONTAINER = "spec.worker.template.spec.containers.0"
 IMAGELESS = {"name": "trainer"}
 
 CREATE: tuple[BadInput, ...] = (
@@ -468,6 +469,79 @@ CREATE: tuple[BadInput, ...] = (
         [CONTAINER, CONTAINER],
         ("spec.ps.template.spec.containers[1]", "Duplicate value"),
         UPSTREAM,
+    ),
+    BadInput(
+        "chief-17-containers",
+        "spec.chief.template.spec.containers",
+        [{**CONTAINER, "name": f"c{i}"} for i in range(17)],
+        ("spec.chief.template.spec.containers", "must have at most 16 items"),
+        LENGTH,
+    ),
+    # What the operator sets in every training pod: its environment, its port names, no host network.
+    BadInput(
+        "env-sets-progress-port",
+        f"{CHIEF_CONTAINER}.env",
+        [{"name": "PSOP_PROGRESS_PORT", "value": "9000"}],
+        (
+            "spec.chief.template.spec.containers[0].env[0]",
+            "must not set",
+            "PSOP_PROGRESS_PORT",
+            "the operator",
+        ),
+        cel("spec.chief.template.spec.containers[*].env[*]"),
+    ),
+    BadInput(
+        "env-sets-tf-config",
+        f"{WORKER_CONTAINER}.env",
+        [{"name": "DATA", "value": "/data"}, {"name": "TF_CONFIG", "value": "{}"}],
+        ("spec.worker.template.spec.containers[0].env[1]", "must not set", "TF_CONFIG"),
+        cel("spec.worker.template.spec.containers[*].env[*]"),
+    ),
+    BadInput(
+        "evaluator-env-sets-role",
+        "spec.evaluator",
+        {
+            "template": {
+                "spec": {"containers": [{**CONTAINER, "env": [{"name": "PSOP_ROLE", "value": "chief"}]}]}
+            }
+        },
+        ("spec.evaluator.template.spec.containers[0].env[0]", "must not set", "PSOP_ROLE"),
+        cel("spec.evaluator.template.spec.containers[*].env[*]"),
+    ),
+    BadInput(
+        "env-1025",
+        f"{WORKER_CONTAINER}.env",
+        [{"name": f"V{i}", "value": "x"} for i in range(1025)],
+        ("spec.worker.template.spec.containers[0].env", "must have at most 1024 items"),
+        LENGTH,
+    ),
+    BadInput(
+        "port-named-tf",
+        f"{PS_CONTAINER}.ports",
+        [{"name": "tf", "containerPort": 9999}],
+        ("spec.ps.template.spec.containers[0].ports[0]", "must not name a port tf or progress", "spec.port"),
+        cel("spec.ps.template.spec.containers[*].ports[*]"),
+    ),
+    BadInput(
+        "port-named-progress",
+        f"{CHIEF_CONTAINER}.ports",
+        [{"name": "metrics", "containerPort": 9090}, {"name": "progress", "containerPort": 8080}],
+        ("spec.chief.template.spec.containers[0].ports[1]", "must not name a port tf or progress"),
+        cel("spec.chief.template.spec.containers[*].ports[*]"),
+    ),
+    BadInput(
+        "ports-129",
+        f"{WORKER_CONTAINER}.ports",
+        [{"containerPort": 3000 + i} for i in range(129)],
+        ("spec.worker.template.spec.containers[0].ports", "must have at most 128 items"),
+        LENGTH,
+    ),
+    BadInput(
+        "host-network",
+        "spec.worker.template.spec.hostNetwork",
+        True,
+        ("spec.worker.template.spec.hostNetwork", "must not be true", "NetworkPolicies", "node's address"),
+        cel("spec.worker.template.spec"),
     ),
 )
 

@@ -113,7 +113,7 @@ class ApplyResult:
     patched: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)  # "Kind/name" -> the API server's message
     # The children as the API server answered the creates and patches (and the job's own that a
     # create found there already), `kind` set on each: for the watch cache, which would otherwise
     # lag the operator's own writes by their watch events.
@@ -320,20 +320,27 @@ class Kube:
     def make_changes(self, namespace: str, changes: list[ChildChange], conflicts: list[str]) -> ApplyResult:
         """Create, patch, replace and delete as `plan_children` planned; its `conflicts` (objects of
         the job's children's names that it does not own) come first in the result's. A change the
-        API server fails does not hold up the others: they are made, then the first failure is
+        API server fails does not hold up the others, but for a NetworkPolicy's create: after it,
+        no change that makes pods is made (they would run unisolated). Then the first failure is
         raised."""
         result = ApplyResult(conflicts=list(conflicts))
         failed: Exception | None = None
+        unisolated = False
         for change in changes:
+            if unisolated and change.makes_pods:
+                continue
             try:
-                self._change(namespace, change, result)
+                made = self._change(namespace, change, result)
             except (ApiException, urllib3.exceptions.HTTPError) as error:
-                failed = failed or error
+                failed, made = failed or error, False
+            unisolated = unisolated or (change.isolates and not made)
         if failed is not None:
             raise failed
         return result
 
-    def _change(self, namespace: str, change: ChildChange, result: ApplyResult) -> None:
+    def _change(self, namespace: str, change: ChildChange, result: ApplyResult) -> bool:
+        """Make one change; False when the API server refused it or an object of another owner has
+        the name."""
         kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
         ref = f"{kind}/{name}"
         gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
@@ -341,7 +348,7 @@ class Kube:
             self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
             result.deleted.append(ref)
         if change.verb in (ChildVerb.DELETE_REPLACED, ChildVerb.DELETE):
-            return
+            return True
         try:
             if change.verb is ChildVerb.CREATE:
                 path, manager = self._path(kind, namespace), [("fieldManager", FIELD_MANAGER)]
@@ -349,7 +356,7 @@ class Kube:
                 result.created.append(ref)
             else:
                 if change.fold_updates and not self._fold_updates(namespace, change.manifest, result):
-                    return
+                    return False
                 written = self._patch(
                     self._path(kind, namespace, name), _for_uid(change.manifest, change.uid)
                 )
@@ -357,17 +364,19 @@ class Kube:
             result.written.append({**written, "kind": kind})
         except ApiException as error:
             if change.verb is ChildVerb.CREATE and _already_exists(error):
-                self._exists(namespace, change.manifest, result)
-            elif change.uid is not None and _names_uid(error):  # a stranger's object took the name
+                return self._exists(namespace, change.manifest, result)
+            if change.uid is not None and _names_uid(error):  # a stranger's object took the name
                 result.conflicts.append(ref)
-            elif error.status in REFUSALS:
-                result.rejected.append(f"{ref}: {_reason(error)}")
-            else:
+                return False
+            if error.status not in REFUSALS:
                 raise
+            result.rejected[ref] = _reason(error)
+            return False
+        return True
 
-    def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> None:
+    def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:
         """A create refused as already existing: the job's own child, made by an earlier reconcile
-        that the watch has not shown yet (kept as it is), or a stranger's of the same name (a
+        that the watch has not shown yet (kept as it is: True), or a stranger's of the same name (a
         conflict, left alone). Listed by name: the chart grants list and watch on children, not get."""
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         own = [item for item in self._named(namespace, manifest) if owned_by(item, _owner(manifest))]
@@ -375,6 +384,7 @@ class Kube:
             result.written.append({**own[0], "kind": kind})
         else:
             result.conflicts.append(f"{kind}/{name}")
+        return bool(own)
 
     def _named(self, namespace: str, manifest: Obj) -> list[Obj]:
         """The object of the manifest's kind and name, as a list of it or none."""

@@ -110,13 +110,47 @@ def test_a_missing_child_is_created() -> None:
 
 
 def test_a_child_the_api_server_fails_holds_up_no_other_and_fails_the_reconcile() -> None:
-    desired = render_children(job())
+    desired = render_children(job(networkPolicy={"enabled": False}))
     kube = RecordingKube()
     kube.wire.statuses = [500]  # the first create
     with pytest.raises(ApiException) as failed:
         kube.apply_children(NS, "job-uid", desired, [])
     assert failed.value.status == 500
     assert [method for method, _ in kube.calls] == ["POST"] * len(desired)
+
+
+POLICIES = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
+
+
+@pytest.mark.parametrize("status", [403, 422, 500])
+def test_no_pod_is_made_when_a_network_policy_cannot_be_created(status: int) -> None:
+    """A ResourceQuota, RBAC or an admission webhook refuses it, or the API server fails: the pods
+    would run unisolated, so no StatefulSet or Job is created; the rest of the children are."""
+    desired = render_children(job(), operator_namespace="ops")
+    kube = RecordingKube()
+    kube.wire.statuses = [status]  # the first create: ctr-peers
+    kube.wire.answers = [{"kind": "Status", "code": status, "message": "exceeded quota: np"}]
+    if status == 500:
+        with pytest.raises(ApiException):
+            kube.apply_children(NS, "job-uid", desired, [])
+    else:
+        result = kube.apply_children(NS, "job-uid", desired, [])
+        assert result.rejected == {"NetworkPolicy/ctr-peers": "exceeded quota: np"}
+    posted = [path for method, path in kube.calls if method == "POST"]
+    assert posted[:2] == [POLICIES, POLICIES]
+    assert {p.rsplit("/", 1)[-1] for p in posted[2:]} == {"services"}
+
+
+def test_a_policy_that_exists_holds_up_no_pod_when_its_patch_is_refused() -> None:
+    """The policy in place still isolates the pods: a refused patch of it is only told."""
+    live = _live(render_children(job()))
+    for obj in live:
+        if obj["kind"] == "NetworkPolicy":
+            obj["metadata"]["annotations"][ANNOTATION_HASH] = "older-version"
+    kube = RecordingKube()
+    kube.wire.statuses = [422]  # the patch of ctr-peers
+    result = kube.apply_children(NS, "job-uid", render_children(job()), _without_chief(live))
+    assert list(result.rejected) == ["NetworkPolicy/ctr-peers"] and result.created == ["Job/ctr-chief"]
 
 
 @pytest.mark.parametrize("status", [400, 403, 422])
@@ -129,7 +163,7 @@ def test_a_child_the_api_server_refuses_is_named_with_its_message(status: int) -
     kube.wire.answers = [{"kind": "Status", "code": status, "message": "exceeded quota: services=1"}]
     result = kube.apply_children(NS, "job-uid", desired, [])
     ref = f"Service/{desired[0]['metadata']['name']}"
-    assert result.rejected == [f"{ref}: exceeded quota: services=1"] and result.created == []
+    assert result.rejected == {ref: "exceeded quota: services=1"} and result.created == []
 
 
 def test_after_the_end_a_missing_child_stays_missing_and_the_rest_is_still_patched() -> None:
@@ -274,7 +308,7 @@ def test_a_patch_refused_for_its_uid_is_a_name_conflict() -> None:
     field = {"field": "metadata.uid", "reason": "FieldValueInvalid", "message": "field is immutable"}
     kube.wire.answers = [{"kind": "Status", "code": 422, "details": {"causes": [field]}}]
     result = kube.apply_children(NS, "job-uid", [desired], [slim_child(_created(desired, []))])
-    assert (result.conflicts, result.rejected, result.patched) == (["StatefulSet/ctr-ps"], [], [])
+    assert (result.conflicts, result.rejected, result.patched) == (["StatefulSet/ctr-ps"], {}, [])
 
 
 CONFLICT = {"kind": "Status", "code": 409, "reason": "Conflict"}

@@ -417,12 +417,15 @@ def slim_job(job: Obj) -> Obj:
 def slim_child(obj: Obj) -> Obj:
     """What the operator reads of a child (Service, StatefulSet, Job, ConfigMap, NetworkPolicy): its
     kind, metadata (of its managedFields only which Update entries an apply must fold first, without
-    their fields: managed_fields.py), status and, of a Job, whether it is suspended. The spec
+    their fields: managed_fields.py), status and, of a Job, whether it is suspended, of a
+    StatefulSet, its replicas (whether a change makes pods: plan/children.py). The rest of the spec
     (pod templates with TF_CONFIG) and a ConfigMap's data are left out: a child is compared with the
     rendered one by its hash annotation (plan/children.py). Interned, as a job is."""
     kept: Obj = {"kind": obj.get("kind"), "metadata": _metadata(obj), "status": _dict(obj.get("status"))}
     if obj.get("kind") == "Job":
         kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}
+    elif obj.get("kind") == "StatefulSet":
+        kept["spec"] = {"replicas": _dict(obj.get("spec")).get("replicas")}
     slim: Obj = interned(kept)
     managed = _dict(obj.get("metadata")).get("managedFields") or []
     updates = sorted({entry["manager"] for entry in managed if folds(entry)})
