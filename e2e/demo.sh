@@ -40,7 +40,7 @@ e2e/cluster/kind.sh load "$OPERATOR_IMAGE" "$TRAINER_IMAGE"
 log "installing the chart: the operator runs in-cluster from $OPERATOR_IMAGE"
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl label --overwrite namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
-# Helm installs crds/ once and never upgrades it: the CRD first, as the README's upgrade does.
+# Helm installs crds/ once and never upgrades it: the CRD first, as an upgrade does (docs/how-to/upgrade.md).
 kubectl apply --server-side --force-conflicts -f charts/ps-training-operator/crds >/dev/null
 helm upgrade --install "$RELEASE" charts/ps-training-operator --namespace "$NS" \
   --set image.repository="${OPERATOR_IMAGE%:*}" --set image.tag="${OPERATOR_IMAGE##*:}" \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what it needs, builds (or reuses) the local
-# control plane, kind and its node image, and the images, then runs lint, type checks, unit tests,
-# the e2e tests against the control plane (KWOK nodes), then on a kind cluster of three nodes (real
-# kubelets), and the real-TensorFlow trainer tests. Prints a timing table. Exits non-zero on any failure, including
+# control plane, kind and its node image, and the images, then runs lint, type checks, the docs
+# site, unit tests, the e2e tests against the control plane (KWOK nodes), then on a kind cluster of
+# three nodes (real kubelets), and the real-TensorFlow trainer tests. Prints a timing table. Exits non-zero on any failure, including
 # "no tests ran".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,7 @@ trap timings EXIT
 system_packages() { need_packages iproute2 docker.io jq mmdebstrap gcc libc6-dev python3-venv; }
 
 python_packages() {  # into the project's virtual environment (e2e/venv.sh), put first on PATH
-  project_venv -e '.[operator,dev]' -e images/trainer
+  project_venv -e '.[operator,dev,docs]' -e images/trainer
 }
 
 # Chained: a step's function runs where `set -e` does not apply (step's `||`), so each command's
@@ -39,8 +39,16 @@ lint() {
   ruff check . &&
   ruff format --check . &&
   mypy &&
+  docs_site &&
   hadolint Dockerfile images/trainer/Dockerfile images/tensorflow/Dockerfile images/kueue/Dockerfile \
     examples/plain-tf/Dockerfile e2e/cluster/kind/node.Dockerfile e2e/cluster/kind/component.Dockerfile
+}
+
+# The documentation site, built where the checkout is not: a broken link, a missing anchor or a page
+# left out of mkdocs.yml's navigation fails it (strict). The generated reference pages are checked
+# against the code by tests/unit/test_reference_docs.py.
+docs_site() {
+  NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "${TMPDIR:-/tmp}/psoperator-site"
 }
 
 run_pytest() {  # ARGS...: pytest, failing on failures and on "no tests ran"
@@ -75,7 +83,7 @@ pytest_all() {
 
 step "system packages (apt)" system_packages
 step "Python packages (uv)" python_packages
-step "lint and types" lint
+step "lint, types and the docs site" lint
 step "binaries: control plane, CoreDNS, kube-router, helm, prometheus, kind, kubeadm" e2e/cluster/cluster.sh build
 step "kind node image (mmdebstrap, component images)" e2e/cluster/kindnode.sh
 step "images: base (mmdebstrap), operator, trainer" images/build.sh

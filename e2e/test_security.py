@@ -7,16 +7,21 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from e2e import chaos, psjobs
 from e2e.accounts import chart_account_kubeconfig
 from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import OperatorProcess
-from e2e.util import wait_for
+from e2e.util import as_json, wait_for
+from psoperator.kube import Kube
+from psoperator.render import render_children
 
+Obj = dict[str, Any]
 SCOPED_RELEASE = "psop-scoped"
 
 
@@ -83,3 +88,42 @@ def test_the_operator_logs_no_environment_value_and_no_pod_spec(
     assert "Handler 'job-changed' succeeded" in log  # the log is there
     assert canary not in log
     assert "terminationMessagePath" not in log and "TF_CONFIG" not in log
+
+
+def _peer_policy(job: Obj) -> Obj:
+    return next(m for m in render_children(job) if m["metadata"]["name"] == "ctr-peers")
+
+
+def test_a_patch_planned_from_a_stale_view_never_touches_a_strangers_object_nor_makes_one(
+    k8s: client.ApiClient, namespace: str
+) -> None:
+    """The operator's view (its watch) still shows the job's NetworkPolicy after it was deleted: a
+    patch planned from it carries that child's uid, so a stranger's object made since under the name
+    is left as it is (a name conflict), and no object is made where there is none."""
+    job = psjobs.create(k8s, namespace, psjobs.manifest("ctr"))  # no operator runs: nothing else acts
+    owner, kube = job["metadata"]["uid"], Kube(k8s)
+
+    def policy(port: int) -> Obj:
+        return _peer_policy({**psjobs.manifest("ctr", port=port), "metadata": job["metadata"]})
+
+    [created] = kube.apply_children(namespace, owner, [policy(2222)], []).written
+    [ours] = kube.apply_children(namespace, owner, [policy(2223)], [created]).written  # folded, applied
+    api = client.NetworkingV1Api(k8s)
+    api.delete_namespaced_network_policy("ctr-peers", namespace)
+    wanted = policy(2224)
+    with pytest.raises(ApiException) as none_there:
+        kube.apply_children(namespace, owner, [wanted], [ours])
+    assert none_there.value.status == 409
+    assert api.list_namespaced_network_policy(namespace).items == []
+
+    stranger: Obj = {
+        "metadata": {"name": "ctr-peers"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    }
+    api.create_namespaced_network_policy(namespace, stranger)  # type: ignore[arg-type]
+    result = kube.apply_children(namespace, owner, [wanted], [ours])
+    assert result.conflicts == ["NetworkPolicy/ctr-peers"] and result.patched == []
+    after = as_json(k8s, api.read_namespaced_network_policy("ctr-peers", namespace))
+    assert after["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    assert "ownerReferences" not in after["metadata"]
+    assert {m["manager"] for m in after["metadata"]["managedFields"]} == {"OpenAPI-Generator"}

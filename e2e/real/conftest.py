@@ -153,7 +153,7 @@ def install(kubeconfig: Path, release: str, namespace: str, *extra: str) -> None
         kubeconfig, "label", "namespace", namespace,
         "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted",
     )  # fmt: skip
-    # As the README's upgrade does: helm installs crds/ once and never upgrades it.
+    # As an upgrade does (docs/how-to/upgrade.md): helm installs crds/ once and never upgrades it.
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     repository, tag = OPERATOR_IMAGE.rsplit(":", 1)
     helm(

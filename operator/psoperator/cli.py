@@ -201,7 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env_int("PSOPERATOR_METRICS_PORT", 0),
         help="serve Prometheus metrics on this port (0: off)",
     )
-    run.add_argument("--cluster-domain", default="cluster.local")
+    run.add_argument(
+        "--cluster-domain",
+        default="cluster.local",
+        help="the cluster's DNS domain, in every TF_CONFIG address",
+    )
     run.add_argument(
         "--operator-namespace",
         default=os.environ.get("POD_NAMESPACE", ""),
@@ -271,21 +275,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = sub.add_parser("render", help="print the manifests a job would produce (no cluster needed)")
     render.add_argument("file", help="the PSTrainingJob manifest; - reads standard input")
-    render.add_argument("--namespace", default="default")
-    render.add_argument("--cluster-domain", default="cluster.local")
+    render.add_argument("--namespace", default="default", help="of a job whose manifest names none")
+    render.add_argument(
+        "--cluster-domain",
+        default="cluster.local",
+        help="the cluster's DNS domain, in every TF_CONFIG address",
+    )
     render.add_argument("--tf-config", action="store_true", help="print each pod's TF_CONFIG instead")
     render.set_defaults(func=_render)
 
     crd = sub.add_parser(
         "crd", help="print the CustomResourceDefinition, or write it into crds/ and the chart"
     )
-    crd.add_argument("--write", action="store_true")
+    crd.add_argument("--write", action="store_true", help="write it into the checkout instead of printing it")
     crd.set_defaults(func=_crd)
 
     metrics = sub.add_parser(
-        "metrics", help="print the reference of every Prometheus metric, or write it into docs/metrics.md"
+        "metrics",
+        help="print the reference of every Prometheus metric, or write it into docs/reference/metrics.md",
     )
-    metrics.add_argument("--write", action="store_true")
+    metrics.add_argument(
+        "--write", action="store_true", help="write it into the checkout instead of printing it"
+    )
     metrics.set_defaults(func=_metrics)
 
     sizing_cli.add_plan_command(sub)

@@ -45,9 +45,32 @@ ENV_CHECKPOINT_INTERVAL_SECONDS = "PSOP_CHECKPOINT_INTERVAL_SECONDS"
 ENV_CONNECT_TIMEOUT_SECONDS = "PSOP_CONNECT_TIMEOUT_SECONDS"
 ENV_PROGRESS_PORT = "PSOP_PROGRESS_PORT"
 ENV_TERMINATION_MESSAGE_PATH = "PSOP_TERMINATION_MESSAGE_PATH"
+# Every name above: the operator's alone. The CRD refuses a template that sets one, and the operator
+# sets its own value over any that a template stored before that rule holds.
+INJECTED_ENV: tuple[str, ...] = (
+    ENV_TF_CONFIG,
+    ENV_TF_CONFIG_FILE,
+    ENV_ROLE,
+    ENV_TASK_INDEX,
+    ENV_JOB_NAME,
+    ENV_NAMESPACE,
+    ENV_POD_NAME,
+    ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_INTERVAL_STEPS,
+    ENV_CHECKPOINT_INTERVAL_SECONDS,
+    ENV_CONNECT_TIMEOUT_SECONDS,
+    ENV_PROGRESS_PORT,
+    ENV_TERMINATION_MESSAGE_PATH,
+)
 
 # The chief serves GET /progress (ProgressReport as JSON) and GET /metrics (Prometheus) here.
 DEFAULT_PROGRESS_PORT = 8470
+# The names of the ports the operator declares on the trainer container: the task's gRPC port
+# (spec.port) and the chief's progress port. The operator's alone, like INJECTED_ENV: a container
+# cannot declare two ports of one name.
+TASK_PORT_NAME = "tf"
+PROGRESS_PORT_NAME = "progress"
+INJECTED_PORT_NAMES: tuple[str, ...] = (TASK_PORT_NAME, PROGRESS_PORT_NAME)
 PROGRESS_PATH = "/progress"
 METRICS_PATH = "/metrics"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"

@@ -1,8 +1,10 @@
 """The one module that talks to the Kubernetes API (besides kopf's own watching and events).
 
 Children are created with POST and changed with server-side apply only once they are known to be
-ours (owner reference to the job's uid), so the operator never takes over or deletes an object it
-does not own. What to change is decided elsewhere (plan/children.py); this module carries it out.
+ours (owner reference to the job's uid), each patch with the uid of the child it was planned for,
+so the operator never takes over, makes again or deletes an object it does not own. The fields of
+the create are folded into the apply's before the first apply (managed_fields.py). What to change
+is decided elsewhere (plan/children.py); this module carries it out.
 Blocking client calls run in threads so the kopf event loop stays responsive.
 """
 
@@ -22,8 +24,9 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import API_TIMEOUT_SECONDS, GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
+from psoperator.managed_fields import FIELD_MANAGER, folded
 from psoperator.observe.views import owned_by
-from psoperator.plan.children import ChildChange, ChildVerb, plan_children
+from psoperator.plan.children import MERGE_PATCHED, ChildChange, ChildVerb, plan_children
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import changeable
 from psoperator.render.workload import GROUP as KUEUE_GROUP
@@ -31,7 +34,6 @@ from psoperator.render.workload import VERSION as KUEUE_VERSION
 
 Obj = dict[str, Any]
 Kept = TypeVar("Kept")
-FIELD_MANAGER = "ps-training-operator"
 log = logging.getLogger(__name__)
 
 # Blocking API calls at once (threads, and connections to the API server): a PS lost in many jobs
@@ -47,8 +49,6 @@ _PATHS = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "Workload": (f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}", "workloads"),
 }
-# Changed by a merge patch of their changeable fields only (render.changeable), never applied whole.
-_MERGE_PATCHED = ("Job", "Workload")
 
 
 def load_config() -> None:
@@ -118,7 +118,7 @@ class ApplyResult:
     patched: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)  # "Kind/name" -> the API server's message
     # The children as the API server answered the creates and patches (and the job's own that a
     # create found there already), `kind` set on each: for the watch cache, which would otherwise
     # lag the operator's own writes by their watch events.
@@ -145,6 +145,10 @@ LIST_PAGE = 500
 # request or an admission webhook's denial (400), a ResourceQuota, Pod Security or RBAC (403), a
 # value (422; a Job's immutable fields are never sent, see _patch).
 REFUSALS = frozenset({400, 403, 422})
+# Times a child's fold (managed_fields.py) is tried, each on a fresh read of it: a fold is refused
+# (409) if the child changed since its read (its controller writes its status); after the last,
+# the reconcile fails and is tried again.
+FOLD_TRIES = 3
 
 
 class Kube:
@@ -321,20 +325,27 @@ class Kube:
     def make_changes(self, namespace: str, changes: list[ChildChange], conflicts: list[str]) -> ApplyResult:
         """Create, patch, replace and delete as `plan_children` planned; its `conflicts` (objects of
         the job's children's names that it does not own) come first in the result's. A change the
-        API server fails does not hold up the others: they are made, then the first failure is
+        API server fails does not hold up the others, but for a NetworkPolicy's create: after it,
+        no change that makes pods is made (they would run unisolated). Then the first failure is
         raised."""
         result = ApplyResult(conflicts=list(conflicts))
         failed: Exception | None = None
+        unisolated = False
         for change in changes:
+            if unisolated and change.makes_pods:
+                continue
             try:
-                self._change(namespace, change, result)
+                made = self._change(namespace, change, result)
             except (ApiException, urllib3.exceptions.HTTPError) as error:
-                failed = failed or error
+                failed, made = failed or error, False
+            unisolated = unisolated or (change.isolates and not made)
         if failed is not None:
             raise failed
         return result
 
-    def _change(self, namespace: str, change: ChildChange, result: ApplyResult) -> None:
+    def _change(self, namespace: str, change: ChildChange, result: ApplyResult) -> bool:
+        """Make one change; False when the API server refused it or an object of another owner has
+        the name."""
         kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
         ref = f"{kind}/{name}"
         gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
@@ -342,42 +353,79 @@ class Kube:
             self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
             result.deleted.append(ref)
         if change.verb in (ChildVerb.DELETE_REPLACED, ChildVerb.DELETE):
-            return
+            return True
         try:
             if change.verb is ChildVerb.CREATE:
-                written = self._call("POST", self._path(kind, namespace), change.manifest)
+                path, manager = self._path(kind, namespace), [("fieldManager", FIELD_MANAGER)]
+                written = self._call("POST", path, change.manifest, query=manager)
                 result.created.append(ref)
             else:
-                path = self._path(kind, namespace, name)
-                if change.merge_first is not None:
-                    self._call("PATCH", path, change.merge_first, content_type="application/merge-patch+json")
-                written = self._patch(path, change.manifest)
+                if change.fold_updates and not self._fold_updates(namespace, change.manifest, result):
+                    return False
+                written = self._patch(
+                    self._path(kind, namespace, name), _for_uid(change.manifest, change.uid)
+                )
                 result.patched.append(ref)
             result.written.append({**written, "kind": kind})
         except ApiException as error:
             if change.verb is ChildVerb.CREATE and _already_exists(error):
-                self._exists(namespace, change.manifest, result)
-            elif error.status in REFUSALS:
-                result.rejected.append(f"{ref}: {_reason(error)}")
-            else:
+                return self._exists(namespace, change.manifest, result)
+            if change.uid is not None and _names_uid(error):  # a stranger's object took the name
+                result.conflicts.append(ref)
+                return False
+            if error.status not in REFUSALS:
                 raise
+            result.rejected[ref] = _reason(error)
+            return False
+        return True
 
-    def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> None:
+    def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:
         """A create refused as already existing: the job's own child, made by an earlier reconcile
-        that the watch has not shown yet (kept as it is), or a stranger's of the same name (a
+        that the watch has not shown yet (kept as it is: True), or a stranger's of the same name (a
         conflict, left alone). Listed by name: the chart grants list and watch on children, not get."""
         kind, name = manifest["kind"], manifest["metadata"]["name"]
-        owner = manifest["metadata"]["ownerReferences"][0]["uid"]
-        query = [("fieldSelector", f"metadata.name={name}")]
-        listed = self._call("GET", self._path(kind, namespace), query=query).get("items", [])
-        own = [item for item in listed if owned_by(item, owner)]
+        own = [item for item in self._named(namespace, manifest) if owned_by(item, _owner(manifest))]
         if own:
             result.written.append({**own[0], "kind": kind})
         else:
             result.conflicts.append(f"{kind}/{name}")
+        return bool(own)
+
+    def _named(self, namespace: str, manifest: Obj) -> list[Obj]:
+        """The object of the manifest's kind and name, as a list of it or none."""
+        query = [("fieldSelector", f"metadata.name={manifest['metadata']['name']}")]
+        listed = self._call("GET", self._path(manifest["kind"], namespace), query=query)
+        return list(listed.get("items", []))
+
+    def _fold_updates(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:
+        """Fold the operator's Update entries of the child into its Apply entry (managed_fields.py),
+        on the child read now, guarded by the version read. False: the child is gone (the next
+        reconcile creates it) or a stranger's (a conflict, left alone), and is not to be applied."""
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        tries = 0
+        while True:
+            live = next(iter(self._named(namespace, manifest)), None)
+            if live is None:
+                return False
+            if not owned_by(live, _owner(manifest)):
+                result.conflicts.append(f"{kind}/{name}")
+                return False
+            meta = live["metadata"]
+            fields = folded(meta.get("managedFields") or [], manifest["apiVersion"])
+            if fields is None:
+                return True
+            body = {"metadata": {"resourceVersion": meta["resourceVersion"], "managedFields": fields}}
+            try:
+                path, manager = self._path(kind, namespace, name), [("fieldManager", FIELD_MANAGER)]
+                self._call("PATCH", path, body, content_type="application/merge-patch+json", query=manager)
+                return True
+            except ApiException as error:
+                tries += 1
+                if error.status != 409 or tries == FOLD_TRIES:
+                    raise
 
     def _patch(self, path: str, manifest: Obj) -> Obj:
-        if manifest["kind"] in _MERGE_PATCHED:
+        if manifest["kind"] in MERGE_PATCHED:
             # Only the fields a Job (or a Workload) lets change, as a merge patch: an apply of the
             # partial object would remove the immutable fields it leaves out, and one of the whole
             # is refused.
@@ -404,6 +452,17 @@ class Kube:
         self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
 
 
+def _for_uid(manifest: Obj, uid: str | None) -> Obj:
+    """The manifest with `uid` in its metadata: a precondition of its patch (the object of that
+    name has another uid: 422, metadata.uid is immutable; none has the name: 409, none is made)."""
+    return manifest if uid is None else {**manifest, "metadata": {**manifest["metadata"], "uid": uid}}
+
+
+def _owner(manifest: Obj) -> str:
+    uid: str = manifest["metadata"]["ownerReferences"][0]["uid"]
+    return uid
+
+
 def _already_exists(error: ApiException) -> bool:
     """A create refused because an object has the name (409 AlreadyExists). Another 409 (Conflict:
     a write that raced another) says nothing of the name: the reconcile tries again."""
@@ -411,6 +470,21 @@ def _already_exists(error: ApiException) -> bool:
         return error.status == 409 and bool(json.loads(error.body or "{}").get("reason") == "AlreadyExists")
     except ValueError:
         return False
+
+
+def _names_uid(error: ApiException) -> bool:
+    """A patch refused for its uid precondition: the object of the name has another uid (422)."""
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        return False
+    details = body.get("details") if isinstance(body, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return (
+        error.status == 422
+        and isinstance(causes, list)
+        and any(isinstance(cause, dict) and cause.get("field") == "metadata.uid" for cause in causes)
+    )
 
 
 def _reason(error: ApiException) -> str:

@@ -31,7 +31,13 @@ from psoperator.contract import (
 )
 from psoperator.render import render_children
 from pstrainer.cadence import Cadence
-from pstrainer.config import DEFAULT_CHECKPOINT_INTERVAL_SECONDS, ConfigError, load_config, parse_tf_config
+from pstrainer.config import (
+    _FLAGS,
+    DEFAULT_CHECKPOINT_INTERVAL_SECONDS,
+    ConfigError,
+    load_config,
+    parse_tf_config,
+)
 from pstrainer.exits import classify_exception, describe
 from pstrainer.ondemand import CheckpointRequests, Outcome, parse_request, unanswered
 from pstrainer.progress import ProgressServer, ProgressTracker, write_termination_message
@@ -563,10 +569,20 @@ def test_a_failure_during_the_action_before_termination_still_exits_143(tmp_path
     assert (code, marker) == (ExitCode.TERMINATED, "143 terminated by SIGTERM")
 
 
-def test_the_readme_lists_every_trainer_metric() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference"
+
+
+def test_the_runtime_contract_page_lists_every_trainer_metric() -> None:
+    page = (DOCS / "runtime.md").read_text()
     for family in ProgressTracker().registry.collect():
-        assert f"| `{family.name}` | {family.type} | {family.documentation} |" in readme, family.name
+        assert f"| `{family.name}` | {family.type} | {family.documentation} |" in page, family.name
+
+
+def test_the_trainer_page_lists_every_flag_with_its_default() -> None:
+    page = (DOCS / "trainer.md").read_text()
+    for flag, _, default, _ in _FLAGS:
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        assert f"| `--{flag}` | {shown} |" in page, flag
 
 
 def test_a_cluster_too_large_for_the_environment_is_read_from_its_mounted_file(tmp_path: Path) -> None:

@@ -140,7 +140,10 @@ def chief_job(
 
 
 def observed(pods: list[Obj], job_obj: Obj | None = None) -> Observed:
-    children: dict[tuple[str, str], Obj] = {("Service", f"{JOB}-ps"): {}}
+    children: dict[tuple[str, str], Obj] = {
+        ("Service", f"{JOB}-ps"): {},
+        ("NetworkPolicy", f"{JOB}-peers"): {},  # the peers' policy: its pods are isolated
+    }
     if job_obj is not None:
         children[("Job", job_obj["metadata"]["name"])] = job_obj
     return Observed(

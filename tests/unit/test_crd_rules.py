@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from e2e.bad_input import CATALOGUE, REMOVE, BadInput, manifest, set_path
+from psoperator import contract
 from psoperator.api import crd
 
 try:
@@ -226,3 +227,34 @@ def test_only_the_ps_template_s_resources_are_mutable_not_the_worker_s() -> None
     old = job()
     changed = set_path(old, path, {"limits": {"memory": "8Gi"}})
     assert fields(validate(changed, old=old)) == ["spec.worker.template"]
+
+
+def _with_trainer(role: str, **fields: Any) -> dict[str, Any]:
+    """A valid job whose `role` runs one container with `fields` added."""
+    trainer = {"name": "trainer", "image": "example.com/ctr-trainer:1.0", **fields}
+    return job(**{role: {"template": {"spec": {"containers": [trainer]}}}})
+
+
+@pytest.mark.parametrize("role", crd.ROLES)
+@pytest.mark.parametrize("name", contract.INJECTED_ENV)
+def test_every_variable_the_operator_sets_is_refused_in_every_role(role: str, name: str) -> None:
+    """The rule is made from the list the renderer injects from, so the two cannot disagree."""
+    obj = _with_trainer(role, env=[{"name": name, "value": "9000"}])
+    assert fields(validate(obj)) == [f"spec.{role}.template.spec.containers[0].env[0]"]
+
+
+@pytest.mark.parametrize("role", crd.ROLES)
+@pytest.mark.parametrize("name", contract.INJECTED_PORT_NAMES)
+def test_every_port_name_the_operator_declares_is_refused_in_every_role(role: str, name: str) -> None:
+    obj = _with_trainer(role, ports=[{"name": name, "containerPort": 9999}])
+    assert fields(validate(obj)) == [f"spec.{role}.template.spec.containers[0].ports[0]"]
+
+
+def test_a_template_keeps_its_own_variables_ports_and_the_pod_network() -> None:
+    own = _with_trainer(
+        "chief",
+        env=[{"name": "PSOP_OTHER", "value": "1"}, {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
+        ports=[{"name": "grpc", "containerPort": 2222}, {"containerPort": 6006}],
+    )
+    own["spec"]["chief"]["template"]["spec"]["hostNetwork"] = False
+    assert validate(own) == []

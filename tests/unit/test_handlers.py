@@ -819,6 +819,43 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     assert warnings == [unmade] and kube.reads == reads + 1
 
 
+def test_a_refused_network_policy_holds_every_pod_and_the_next_status_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ResourceQuota of no NetworkPolicies: the job's Services are created, no StatefulSet or Job
+    is; the Warning and then the NetworkPolicyMissing condition carry the API server's answer."""
+    warnings: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda _job, reason, message: warnings.append(message))
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
+    job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    kube = OneJobKube(job | {"status": {}}, [])
+    quota = 'networkpolicies "ctr-peers" is forbidden: exceeded quota: np, limited: networkpolicies=0'
+    policies = "/apis/networking.k8s.io/v1/namespaces/team-a/networkpolicies"
+    kube.wire.by_path[policies] = {"kind": "Status", "code": 403, "message": quota}
+    answer = kube.wire.request
+
+    def refusing(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if url.removeprefix("https://api.test").split("?")[0] == policies:
+            kube.wire.statuses.insert(0, 403)
+        return answer(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(kube.wire, "request", refusing)
+    state = OperatorState(kube, Metrics())
+    state.cache.job_seen("team-a", "ctr", job)
+
+    def reconcile() -> None:
+        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+
+    reconcile()  # decided from the watch: the status, then the children
+    reconcile()  # the job's first fresh read: the status says why, and the policy is tried again
+    posted = [url.split("?")[0].rsplit("/", 1)[-1] for method, url, *_ in kube.wire.sent if method == "POST"]
+    assert posted[0] == "networkpolicies" and set(posted[1:]) == {"networkpolicies", "services"}
+    assert warnings == [f"NetworkPolicy/ctr-peers: {quota}"]
+    [condition] = [c for c in kube.job["status"]["conditions"] if c["type"] == "NetworkPolicyMissing"]
+    assert (condition["status"], condition["reason"]) == ("True", "NetworkPolicyRefused")
+    assert quota in condition["message"]
+
+
 def test_a_reconcile_about_to_act_reads_its_chief_jobs_fresh_and_keeps_what_it_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -18,8 +18,9 @@ from kubernetes.client.exceptions import ApiException
 from psoperator import GROUP
 from psoperator.api.labels import ANNOTATION_HASH, LABEL_ATTEMPT
 from psoperator.control.polling import NotServing, fetch_progress
-from psoperator.kube import Kube, StaleJob, api_failure, resource_of
-from psoperator.observe.views import parse_pod
+from psoperator.kube import FOLD_TRIES, Kube, StaleJob, api_failure, resource_of
+from psoperator.managed_fields import folded
+from psoperator.observe.views import parse_pod, slim_child
 from psoperator.plan.children import ChildChange, ChildVerb
 from psoperator.plan.draft import PodDeletion
 from psoperator.render import render_children
@@ -109,13 +110,47 @@ def test_a_missing_child_is_created() -> None:
 
 
 def test_a_child_the_api_server_fails_holds_up_no_other_and_fails_the_reconcile() -> None:
-    desired = render_children(job())
+    desired = render_children(job(networkPolicy={"enabled": False}))
     kube = RecordingKube()
     kube.wire.statuses = [500]  # the first create
     with pytest.raises(ApiException) as failed:
         kube.apply_children(NS, "job-uid", desired, [])
     assert failed.value.status == 500
     assert [method for method, _ in kube.calls] == ["POST"] * len(desired)
+
+
+POLICIES = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
+
+
+@pytest.mark.parametrize("status", [403, 422, 500])
+def test_no_pod_is_made_when_a_network_policy_cannot_be_created(status: int) -> None:
+    """A ResourceQuota, RBAC or an admission webhook refuses it, or the API server fails: the pods
+    would run unisolated, so no StatefulSet or Job is created; the rest of the children are."""
+    desired = render_children(job(), operator_namespace="ops")
+    kube = RecordingKube()
+    kube.wire.statuses = [status]  # the first create: ctr-peers
+    kube.wire.answers = [{"kind": "Status", "code": status, "message": "exceeded quota: np"}]
+    if status == 500:
+        with pytest.raises(ApiException):
+            kube.apply_children(NS, "job-uid", desired, [])
+    else:
+        result = kube.apply_children(NS, "job-uid", desired, [])
+        assert result.rejected == {"NetworkPolicy/ctr-peers": "exceeded quota: np"}
+    posted = [path for method, path in kube.calls if method == "POST"]
+    assert posted[:2] == [POLICIES, POLICIES]
+    assert {p.rsplit("/", 1)[-1] for p in posted[2:]} == {"services"}
+
+
+def test_a_policy_that_exists_holds_up_no_pod_when_its_patch_is_refused() -> None:
+    """The policy in place still isolates the pods: a refused patch of it is only told."""
+    live = _live(render_children(job()))
+    for obj in live:
+        if obj["kind"] == "NetworkPolicy":
+            obj["metadata"]["annotations"][ANNOTATION_HASH] = "older-version"
+    kube = RecordingKube()
+    kube.wire.statuses = [422]  # the patch of ctr-peers
+    result = kube.apply_children(NS, "job-uid", render_children(job()), _without_chief(live))
+    assert list(result.rejected) == ["NetworkPolicy/ctr-peers"] and result.created == ["Job/ctr-chief"]
 
 
 @pytest.mark.parametrize("status", [400, 403, 422])
@@ -128,7 +163,7 @@ def test_a_child_the_api_server_refuses_is_named_with_its_message(status: int) -
     kube.wire.answers = [{"kind": "Status", "code": status, "message": "exceeded quota: services=1"}]
     result = kube.apply_children(NS, "job-uid", desired, [])
     ref = f"Service/{desired[0]['metadata']['name']}"
-    assert result.rejected == [f"{ref}: exceeded quota: services=1"] and result.created == []
+    assert result.rejected == {ref: "exceeded quota: services=1"} and result.created == []
 
 
 def test_after_the_end_a_missing_child_stays_missing_and_the_rest_is_still_patched() -> None:
@@ -187,29 +222,145 @@ def test_a_job_is_patched_in_its_mutable_fields_only() -> None:
     assert not {"template", "podFailurePolicy", "completions"} & set(body["spec"])
 
 
-def test_a_statefulset_of_an_older_version_loses_its_defaulted_rolling_update_before_the_apply() -> None:
-    """A version without updateStrategy left RollingUpdate and its defaulted rollingUpdate, which no
-    manager owns: an apply of OnDelete alone is refused (422), as the API server merges them."""
-    desired = [m for m in render_children(job()) if m["kind"] == "StatefulSet"]
-    live = _live(desired)
-    for sts in live:
-        sts["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
-        sts["metadata"]["annotations"][ANNOTATION_HASH] = "older-version"
+def test_a_child_is_created_in_the_operators_name() -> None:
+    """A create records an Update entry of FIELD_MANAGER (an earlier version's was the client's)."""
     kube = RecordingKube()
-    result = kube.apply_children(NS, "job-uid", desired, live)
-    assert sorted(result.patched) == ["StatefulSet/ctr-ps", "StatefulSet/ctr-worker"]
-    merge, apply = kube.bodies[:2]
-    assert merge == (
-        "application/merge-patch+json",
-        {"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": None}}},
-    )
-    assert apply[0] == "application/apply-patch+yaml"
-    # Once OnDelete, a patch is the apply alone.
+    kube.apply_children(NS, "job-uid", render_children(job()), [])
+    assert {url.split("?")[1] for _, url, *_ in kube.wire.sent} == {"fieldManager=ps-training-operator"}
+
+
+def _created(statefulset: Obj, managers: list[str]) -> Obj:
+    """`statefulset` as the API server returns it once created and applied: `managers` each owning
+    the trainer's env var of its name (the operator's Update entries the create and earlier merge
+    patches made), FIELD_MANAGER's Apply entry owning PSOP_ROLE, the controller's status entry."""
+    container = 'k:{"name":"trainer"}'
+
+    def env(name: str) -> Obj:
+        var: Obj = {f'k:{{"name":"{name}"}}': {".": {}, "f:name": {}, "f:value": {}}}
+        return {"f:spec": {"f:template": {"f:spec": {"f:containers": {container: {"f:env": var}}}}}}
+
+    def entry(manager: str, operation: str, fields: Obj, **more: str) -> Obj:
+        base = {"manager": manager, "operation": operation, "apiVersion": "apps/v1", "fieldsType": "FieldsV1"}
+        return {**base, "fieldsV1": fields, **more}
+
+    live = _live([statefulset])[0]
+    live["metadata"]["resourceVersion"] = "41"
+    live["metadata"]["annotations"][ANNOTATION_HASH] = "an-older-render"
+    live["metadata"]["managedFields"] = [
+        *(entry(manager, "Update", env(manager)) for manager in managers),
+        entry("ps-training-operator", "Apply", env("PSOP_ROLE")),
+        entry("kube-controller-manager", "Update", {"f:status": {}}, subresource="status"),
+    ]
+    return live
+
+
+def _statefulset() -> Obj:
+    return next(m for m in render_children(job()) if m["kind"] == "StatefulSet")
+
+
+def test_the_create_s_fields_are_folded_into_the_apply_s_before_the_first_apply() -> None:
+    """Read fresh (the watch cache keeps which managers, not their fields), folded with the version
+    read as a precondition, then applied: a field the apply drops is then removed."""
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator", "OpenAPI-Generator"])
     kube = RecordingKube()
-    for sts in live:
-        sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
-    kube.apply_children(NS, "job-uid", desired, live)
-    assert [ct for ct, _ in kube.bodies] == ["application/apply-patch+yaml"] * 2
+    kube.wire.answers = [{"items": [live]}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    path = f"/apis/apps/v1/namespaces/{NS}/statefulsets"
+    assert kube.calls == [("GET", path), ("PATCH", f"{path}/ctr-ps"), ("PATCH", f"{path}/ctr-ps")]
+    assert result.patched == ["StatefulSet/ctr-ps"]
+    (_, fold), (applied, _) = kube.bodies[1:]
+    assert applied == "application/apply-patch+yaml"
+    managed = live["metadata"]["managedFields"]
+    assert fold == {"metadata": {"resourceVersion": "41", "managedFields": folded(managed, "apps/v1")}}
+    [apply, status] = fold["metadata"]["managedFields"]
+    assert status["subresource"] == "status"
+    containers = apply["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]
+    names = ("OpenAPI-Generator", "PSOP_ROLE", "ps-training-operator")
+    assert sorted(containers['k:{"name":"trainer"}']["f:env"]) == [f'k:{{"name":"{n}"}}' for n in names]
+
+
+def test_a_child_with_nothing_to_fold_is_applied_at_once() -> None:
+    desired = _statefulset()
+    live = _created(desired, [])
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [(method, ct) for (method, _), (ct, _) in zip(kube.calls, kube.bodies, strict=True)] == [
+        ("PATCH", "application/apply-patch+yaml")
+    ]
+
+
+def test_a_patch_carries_the_uid_of_the_child_it_was_planned_from() -> None:
+    """The API server refuses it for an object of the name with another uid, and makes none."""
+    desired = _statefulset()
+    live = _created(desired, [])
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    [(_, applied)] = kube.bodies
+    assert applied["metadata"]["uid"] == live["metadata"]["uid"]
+
+
+def test_a_patch_refused_for_its_uid_is_a_name_conflict() -> None:
+    """The child went and a stranger's object took its name since the view the patch was planned from."""
+    desired = _statefulset()
+    kube = RecordingKube()
+    kube.wire.statuses = [422]
+    field = {"field": "metadata.uid", "reason": "FieldValueInvalid", "message": "field is immutable"}
+    kube.wire.answers = [{"kind": "Status", "code": 422, "details": {"causes": [field]}}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(_created(desired, []))])
+    assert (result.conflicts, result.rejected, result.patched) == (["StatefulSet/ctr-ps"], {}, [])
+
+
+CONFLICT = {"kind": "Status", "code": 409, "reason": "Conflict"}
+
+
+def test_a_fold_refused_as_the_child_changed_since_its_read_reads_it_again() -> None:
+    """Its controller writes its status (a new version) between the read and the fold."""
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator"])
+    kube = RecordingKube()
+    kube.wire.statuses = [200, 409]
+    kube.wire.answers = [{"items": [live]}, CONFLICT, {"items": [live]}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [method for method, _ in kube.calls] == ["GET", "PATCH", "GET", "PATCH", "PATCH"]
+    assert result.patched == ["StatefulSet/ctr-ps"]
+
+
+def test_a_fold_refused_every_time_fails_the_reconcile() -> None:
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator"])
+    kube = RecordingKube()
+    kube.wire.statuses = [200, 409] * FOLD_TRIES
+    kube.wire.answers = [{"items": [live]}, CONFLICT] * FOLD_TRIES
+    with pytest.raises(ApiException):
+        kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [method for method, _ in kube.calls] == ["GET", "PATCH"] * FOLD_TRIES
+
+
+@pytest.mark.parametrize("now", ["a stranger's", "gone"])
+def test_a_child_to_fold_that_is_no_longer_the_jobs_is_neither_folded_nor_applied(now: str) -> None:
+    """Deleted since the watch showed it, and perhaps made again by someone else: an apply would
+    make it (or take it over); the next reconcile creates it, or tells of the conflict."""
+    desired = _statefulset()
+    live = _created(desired, ["ps-training-operator"])
+    there = {**live, "metadata": {**live["metadata"], "ownerReferences": [{"uid": "other"}]}}
+    kube = RecordingKube()
+    kube.wire.answers = [{"items": [there] if now == "a stranger's" else []}]
+    result = kube.apply_children(NS, "job-uid", [desired], [slim_child(live)])
+    assert [method for method, _ in kube.calls] == ["GET"]
+    assert result.patched == []
+    assert result.conflicts == (["StatefulSet/ctr-ps"] if now == "a stranger's" else [])
+
+
+def test_a_merge_patched_child_is_not_folded() -> None:
+    """A Job's immutable fields are never sent: its create's Update entry keeps them."""
+    live = _live(render_children(job()))
+    chief = next(o for o in live if o["kind"] == "Job")
+    chief["metadata"]["managedFields"] = [{"manager": "ps-training-operator", "operation": "Update"}]
+    desired = render_children(job(), chief_stopped=True)
+    kube = RecordingKube()
+    kube.apply_children(NS, "job-uid", [m for m in desired if m["kind"] == "Job"], [chief])
+    assert kube.calls == [("PATCH", CHIEF_PATH)]
 
 
 def test_a_held_chief_replaces_nothing_yet_but_the_old_job_is_deleted() -> None:

@@ -226,7 +226,8 @@ def test_the_reference_lists_every_metric_registered() -> None:
 
 def test_the_committed_reference_is_generated_from_the_registry() -> None:
     committed = (ROOT / metrics_doc.DOC_FILE).read_text()
-    assert committed == metrics_doc.render(), "docs/metrics.md is stale: run `psoperator metrics --write`"
+    stale = f"{metrics_doc.DOC_FILE} is stale: run `psoperator metrics --write`"
+    assert committed == metrics_doc.render(), stale
 
 
 def test_psoperator_metrics_prints_the_reference(capsys: pytest.CaptureFixture[str]) -> None:

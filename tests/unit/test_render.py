@@ -13,8 +13,10 @@ import yaml
 
 from psoperator import contract
 from psoperator.api.labels import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
-from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS
+from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec
+from psoperator.contract import Role
 from psoperator.render import RenderOptions, render_children
+from psoperator.render.pod import contract_env
 from tests.unit.builders import JOB, NS, job
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -182,29 +184,46 @@ def test_uri_checkpoint_gets_no_volume() -> None:
     assert "volumes" not in sts["spec"]["template"]["spec"]
 
 
-def test_user_settings_win_except_tf_config() -> None:
-    template = {
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "mine:2",
-                    "env": [
-                        {"name": "PSOP_PROGRESS_PORT", "value": "9999"},
-                        {"name": "TF_CONFIG", "value": "{}"},
-                    ],
-                },
-                {"name": "sidecar"},
-            ]
-        }
+def test_the_operators_environment_and_port_names_win_over_a_stored_templates() -> None:
+    """A template stored before the CRD refused them: the operator's values are used, each once."""
+    main = {
+        "name": "main",
+        "image": "mine:2",
+        "env": [
+            {"name": "PSOP_PROGRESS_PORT", "value": "9999"},
+            {"name": "TF_CONFIG", "value": "{}"},
+            {"name": "DATA", "value": "/data"},
+        ],
+        "ports": [
+            {"name": "tf", "containerPort": 9999},
+            {"name": "progress", "containerPort": 9998},
+            {"name": "web", "containerPort": 80},
+        ],
     }
-    sts = _by_kind(render_children(job(ps={"template": template})))[("StatefulSet", "ctr-ps")]
-    main, sidecar = sts["spec"]["template"]["spec"]["containers"]
+    sidecar = {"name": "sidecar", "ports": [{"name": "tf", "containerPort": 7777}]}
+    template = {"spec": {"containers": [main, sidecar]}}
+    chief = _by_kind(render_children(job(chief={"template": template})))[("Job", "ctr-chief")]
+    main, sidecar = chief["spec"]["template"]["spec"]["containers"]
     assert main["image"] == "mine:2" and sidecar["image"] == "trainer:1"
-    assert _env(main)["PSOP_PROGRESS_PORT"] == "9999"
-    assert [e["name"] for e in main["env"]].count("TF_CONFIG") == 1
-    assert _kubelet_tf_config(main, 1)["task"] == {"type": "ps", "index": 1}
-    assert "TF_CONFIG" in _env(sidecar)
+    names = [e["name"] for e in main["env"]]
+    assert len(names) == len(set(names)) and _env(main)["DATA"] == "/data"
+    assert _env(main)["PSOP_PROGRESS_PORT"] == str(contract.DEFAULT_PROGRESS_PORT)
+    assert json.loads(_env(main)["TF_CONFIG"])["task"] == {"type": "chief", "index": 0}
+    ports = {p["name"]: p["containerPort"] for p in main["ports"]}
+    assert ports == {"web": 80, "tf": 2222, "progress": contract.DEFAULT_PROGRESS_PORT}
+    assert sidecar["ports"] == []
+
+
+def test_the_environment_the_operator_sets_is_the_one_the_crd_keeps_for_it() -> None:
+    """Every name contract_env sets, with each option that adds one, and no other."""
+    interval = job(checkpoint={"dir": "/ckpt", "intervalSteps": 10, "intervalSeconds": 60})
+    injected = {
+        e["name"]
+        for obj in (job(), interval)
+        for tf_config in (None, "{}")
+        for e in contract_env(PSTrainingJobSpec.model_validate(obj["spec"]), JOB, Role.PS, None, tf_config)
+    }
+    assert injected == set(contract.INJECTED_ENV)
 
 
 def test_suspended_and_stopped_jobs_run_no_pods() -> None:

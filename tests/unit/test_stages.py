@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,9 @@ from psoperator.plan.stages import (
     detect_success,
     enforce_deadline,
     note_all_running,
+    note_overridden_template,
     recover,
+    require_network_policies,
     set_phase,
     suspend_or_resume,
     when_finished,
@@ -60,6 +63,8 @@ def test_the_stages_run_in_the_documented_order() -> None:
     assert [s.__name__ for s in STAGES] == [
         "when_finished",
         "admit_sizing",
+        "note_overridden_template",
+        "require_network_policies",
         "suspend_or_resume",
         "wait_for_admission",
         "enforce_deadline",
@@ -267,3 +272,75 @@ def test_pods_of_an_older_chief_job_count_as_ours_after_that_job_is_deleted() ->
     ours["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "sts-uid"}]
     views = [parse_pod(p) for p in (old, stranger, ours)]
     assert [p.name for p in owned_pods(views, {"sts-uid"}, "ctr")] == ["ctr-chief-0x", "ctr-ps-1"]
+
+
+def _without_policies(seen: Observed) -> Observed:
+    return replace(seen, children={k: v for k, v in seen.children.items() if k[0] != "NetworkPolicy"})
+
+
+def test_a_new_job_waits_for_nothing_but_the_policies_it_is_about_to_create() -> None:
+    """Its first reconcile writes the status, then creates the policies before any pod: no condition."""
+    spec, d = _draft(job())
+    assert require_network_policies(spec, d) is GO_ON
+    assert "NetworkPolicyMissing" not in _conditions(d) and d.events == []
+
+
+def test_a_refused_policy_is_a_condition_with_the_api_servers_answer_and_one_warning() -> None:
+    acted = with_status(job(), phase="Pending", observedGeneration=1)
+    spec, d = _draft(acted, _without_policies(observed([])))
+    answer = "NetworkPolicy/ctr-peers: networkpolicies is forbidden: exceeded quota: np"
+    d.unmade = {"NetworkPolicy/ctr-peers": answer, "Service/ctr-ps": "Service/ctr-ps: no"}
+    require_network_policies(spec, d)
+    set_phase(spec, d)
+    [condition] = [c for c in d.status.conditions if c.type == ConditionType.NETWORK_POLICY_MISSING]
+    assert (condition.status, condition.reason) == ("True", "NetworkPolicyRefused")
+    assert condition.message.startswith(answer) and "no pod of the job is created" in condition.message
+    assert "Service/ctr-ps" not in condition.message
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "NetworkPolicyMissing")]
+    assert "Created" not in _conditions(d)  # the Services exist; no StatefulSet or Job does
+    # Told once: the next reconcile keeps the condition and posts nothing.
+    spec, again = _draft(with_status(acted, **d.plan().status), _without_policies(observed([])))
+    require_network_policies(spec, again)
+    assert _conditions(again)["NetworkPolicyMissing"] == ("True", "NetworkPolicyNotCreated")
+    assert again.events == []
+
+
+def test_a_running_job_whose_policy_went_away_says_so_and_clears_it_once_it_is_back() -> None:
+    running = with_status(job(), **came_up(phase="Running", observedGeneration=1))
+    spec, d = _draft(running, _without_policies(observed(BASE, chief_job())))
+    require_network_policies(spec, d)
+    assert _conditions(d)["NetworkPolicyMissing"] == ("True", "NetworkPolicyNotCreated")
+    assert "NetworkPolicy/ctr-peers does not exist" in d.status.conditions[-1].message
+    spec, back = _draft(with_status(running, **d.plan().status), observed(BASE, chief_job()))
+    require_network_policies(spec, back)
+    assert _conditions(back)["NetworkPolicyMissing"] == ("False", "NetworkPoliciesCreated")
+
+
+def test_network_policies_switched_off_want_none() -> None:
+    off = with_status(job(networkPolicy={"enabled": False}), phase="Running", observedGeneration=1)
+    spec, d = _draft(off, _without_policies(observed(BASE, chief_job())))
+    require_network_policies(spec, d)
+    assert "NetworkPolicyMissing" not in _conditions(d)
+
+
+def test_a_stored_template_the_operator_overrides_is_told_once() -> None:
+    """A job stored before the CRD refused the contract's variables and port names in templates."""
+    trainer = {
+        "name": "trainer",
+        "env": [{"name": "PSOP_PROGRESS_PORT", "value": "9000"}],
+        "ports": [{"name": "tf", "containerPort": 9999}],
+    }
+    stored = with_status(job(worker={"template": {"spec": {"containers": [trainer]}}}), phase="Running")
+    spec, d = _draft(stored)
+    assert note_overridden_template(spec, d) is GO_ON
+    [condition] = [c for c in d.status.conditions if c.type == ConditionType.TEMPLATE_OVERRIDDEN]
+    assert condition.status == "True"
+    where = "spec.worker.template.spec.containers[0]"
+    assert f"{where}.env[PSOP_PROGRESS_PORT], {where}.ports[tf]" in condition.message
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "TemplateOverridden")]
+    spec, again = _draft(with_status(stored, **d.plan().status))
+    note_overridden_template(spec, again)
+    assert again.events == [] and _conditions(again)["TemplateOverridden"][0] == "True"
+    spec, clean = _draft(with_status(job(), phase="Running"))
+    note_overridden_template(spec, clean)
+    assert "TemplateOverridden" not in _conditions(clean)

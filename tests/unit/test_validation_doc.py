@@ -1,4 +1,4 @@
-"""docs/validation.md's catalogue table is the one e2e/bad_input.py generates."""
+"""docs/reference/validation.md's catalogue table is the one e2e/bad_input.py generates."""
 
 from __future__ import annotations
 

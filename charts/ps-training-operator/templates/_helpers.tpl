@@ -113,7 +113,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 
 {{/*
-Kubernetes 1.28 or newer (the pods' index label, see README): checked where Helm talks to a cluster
+Kubernetes 1.28 or newer (the pods' index label, see docs/concepts/roles.md): checked where Helm talks to a cluster
 (install, upgrade, `--dry-run=server`), whose version Helm reads from the API server. A `kubeVersion`
 in Chart.yaml would also be checked by `helm template` and `helm lint` against Helm's offline default
 (v1.20.0 in a Helm built from source), and refuse to render there; `lookup` answers nothing offline.

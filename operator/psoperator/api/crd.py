@@ -5,7 +5,9 @@ structural apiextensions.k8s.io/v1 schema: $defs inlined, optional fields simply
 defaults kept so the apiserver applies them, pod templates and the checkpoint volume replaced by
 the upstream Kubernetes schemas extracted into psoperator/schemas/. On top of the schema come the
 CEL rules (`x-kubernetes-validations`) that check what one field's schema cannot: bounds with a
-reason, the checkpoint dir's form, and which fields are immutable after creation.
+reason, the checkpoint dir's form, which fields are immutable after creation, and what of every
+role's pod template is the operator's (the contract's environment, the names of the ports it
+declares, no host network).
 
 Immutable after creation: image, port, chief, the worker template and the PS template but its
 containers' resources, evaluator, checkpoint, scheduling, model, failurePolicy.connectTimeoutSeconds
@@ -46,7 +48,7 @@ from psoperator.api.models import (
     PSTrainingJobStatus,
 )
 from psoperator.api.schemas.extract import VALUE_CHECKS
-from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.contract import DEFAULT_PROGRESS_PORT, INJECTED_ENV, INJECTED_PORT_NAMES
 
 SINGULAR = "pstrainingjob"
 SHORT_NAMES = ["psjob", "psjobs"]
@@ -130,15 +132,72 @@ def _template_rules(role: str) -> list[Rule]:
     ]
 
 
+# The rules inside a pod template's lists run once per item, and the API server estimates a rule's
+# cost times the most items it can run on: those lists are bounded, well beyond what a training
+# container declares. With 16 containers, a PS container's string field's rule is estimated at half
+# the API server's per-rule limit (32 would exceed it, no bound by 100 times); the rule on an env
+# entry, with 1,024 of them, at a twentieth.
+MAX_CONTAINERS = 16
+MAX_CONTAINER_ENV = 1024
+MAX_CONTAINER_PORTS = 128
+ROLES = ("chief", "ps", "worker", "evaluator")
+
+
+def _operator_owned(role: str) -> dict[tuple[str, ...], list[Rule]]:
+    """In a role's template: what the operator sets in every training container (the contract's
+    environment, the names of the ports it declares) is the operator's alone, and no pod is on the
+    node's network, where the job's NetworkPolicies do not reach."""
+    pod = ("spec", role, "template", "spec")
+    where = ".".join(pod)
+    env = ", ".join(INJECTED_ENV)
+    ports = " or ".join(INJECTED_PORT_NAMES)
+    return {
+        pod: [
+            Rule(
+                "!has(self.hostNetwork) || !self.hostNetwork",
+                f"{where}.hostNetwork must not be true: a pod on the node's network is outside the job's "
+                "NetworkPolicies, and would serve TensorFlow's unauthenticated gRPC port (and, in the "
+                f"chief, the progress report on port {DEFAULT_PROGRESS_PORT}) on the node's address",
+                field_path=".hostNetwork",
+            )
+        ],
+        (*pod, "containers", "items", "env", "items"): [
+            Rule(
+                f"!(self.name in {_cel_strings(INJECTED_ENV)})",
+                f"{where}.containers.env must not set {env}: the operator sets them in every training "
+                "container",
+            )
+        ],
+        (*pod, "containers", "items", "ports", "items"): [
+            Rule(
+                f"!has(self.name) || !(self.name in {_cel_strings(INJECTED_PORT_NAMES)})",
+                f"{where}.containers.ports must not name a port {ports}: the operator declares the "
+                f"task's gRPC port (spec.port) as {INJECTED_PORT_NAMES[0]} and the chief's progress "
+                f"port ({DEFAULT_PROGRESS_PORT}) as {INJECTED_PORT_NAMES[1]}",
+            )
+        ],
+    }
+
+
+def _cel_strings(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _template_bounds(role: str) -> dict[tuple[str, ...], dict[str, Any]]:
+    containers = ("spec", role, "template", "spec", "containers")
+    return {
+        containers: {"maxItems": MAX_CONTAINERS},
+        (*containers, "items", "env"): {"maxItems": MAX_CONTAINER_ENV},
+        (*containers, "items", "ports"): {"maxItems": MAX_CONTAINER_PORTS},
+    }
+
+
 # The resources (requests and limits) of the parameter servers' containers can change on a running
 # job: a resize (policies/resize.py). Everything else of the PS template stays as it was created, one
-# rule per field so that the API server's message names the field. The rules inside the containers
-# list run once per container, so the list is bounded: with 16 containers, a string field's rule
-# is estimated at half the API server's per-rule limit (32 would exceed it, no bound by 100 times).
-# The fields are read from the upstream schema, so a newer one is covered once it is extracted.
+# rule per field so that the API server's message names the field. The fields are read from the
+# upstream schema, so a newer one is covered once it is extracted.
 PS_TEMPLATE = ("spec", "ps", "template")
 PS_CONTAINERS = (*PS_TEMPLATE, "spec", "containers")
-PS_MAX_CONTAINERS = 16
 _PS_RESIZABLE = "of the PS template, only the containers' resources can change"
 
 
@@ -198,8 +257,9 @@ def _images_rule(role: str) -> Rule:
     )
 
 
-# CEL rules by location: a path of property names from the root schema, "items" stepping into a list.
-VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
+# CEL rules on the job's own fields, by location: a path of property names from the root schema,
+# "items" stepping into a list.
+_FIELD_RULES: dict[tuple[str, ...], list[Rule]] = {
     (): [
         Rule(
             f"size(self.metadata.name) <= {MAX_JOB_NAME_LENGTH} && "
@@ -307,11 +367,24 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
     ],
 }
 
+
+def _merged(*tables: dict[tuple[str, ...], list[Rule]]) -> dict[tuple[str, ...], list[Rule]]:
+    """Tables of rules by location as one: the rules of a location that several name, in order."""
+    merged: dict[tuple[str, ...], list[Rule]] = {}
+    for table in tables:
+        for path, rules in table.items():
+            merged.setdefault(path, []).extend(rules)
+    return merged
+
+
+# Every CEL rule of the CRD, by location.
+VALIDATIONS = _merged(_FIELD_RULES, *(_operator_owned(role) for role in ROLES))
+
 # Schema additions that the models cannot express, by the same kind of path.
 OVERLAYS: dict[tuple[str, ...], dict[str, Any]] = {
     # Duplicates are rejected by the apiserver ("Duplicate value").
     ("spec", "failurePolicy", "permanentExitCodes"): {"x-kubernetes-list-type": "set"},
-    PS_CONTAINERS: {"maxItems": PS_MAX_CONTAINERS},
+    **{path: bound for role in ROLES for path, bound in _template_bounds(role).items()},
     ("status", "conditions"): {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     # Records, or the "uid/restarts/..." strings of versions before them: an upgrade applies the CRD
     # first, and the previous operator goes on writing strings until the new one takes over (and

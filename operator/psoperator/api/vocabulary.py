@@ -35,6 +35,8 @@ class ConditionType(enum.StrEnum):
     RESIZED = "Resized"
     STALLED = "Stalled"
     UNSCHEDULABLE = "Unschedulable"
+    NETWORK_POLICY_MISSING = "NetworkPolicyMissing"
+    TEMPLATE_OVERRIDDEN = "TemplateOverridden"
     SIZING_WARNING = "SizingWarning"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"

@@ -225,13 +225,14 @@ async def decide(
         cluster_domain=state.config.cluster_domain,
         operator_namespace=state.config.operator_namespace,
         checkpoint_outcome=job_state.checkpoint_outcome,
+        unmade={ref: message for ref, (_, message) in job_state.unmade.items()},
     )
     if plan.render is None:
         return Decision(plan, report, [], [], now, facts=facts)
     inputs = sync_inputs(job, plan, seen.children)
     # A child that could not be made is tried again at a fresh read (the periodic one at
     # least): the object in its way may carry no job label, and then no watch sees it go.
-    if job_state.in_sync == inputs and not (fresh and job_state.told):
+    if job_state.in_sync == inputs and not (fresh and job_state.unmade):
         # The same as when its children were last found as rendered: a Running job's reconciles
         # render nothing (rendering is most of their CPU), and nothing rendered is kept per job.
         return Decision(plan, report, [], [], now, facts=facts)
@@ -408,10 +409,10 @@ def tell_unmade(job_state: JobState, job: Any, decision: Decision, result: Apply
     quiet (no fresh read, no retry) until what decided the changes changes (the conflicting object
     changes or goes away, the job's spec or the plan does) or the job's next fresh read."""
     message = "{} exists and is not owned by this job; left alone"
-    conflicts = [("NameConflict", message.format(ref)) for ref in result.conflicts]
-    unmade = frozenset(conflicts + [("ChildRejected", ref) for ref in result.rejected])
-    for reason, message in sorted(unmade - job_state.told):
+    unmade = {ref: ("NameConflict", message.format(ref)) for ref in result.conflicts}
+    unmade |= {ref: ("ChildRejected", f"{ref}: {why}") for ref, why in result.rejected.items()}
+    for reason, message in sorted(set(unmade.values()) - set(job_state.unmade.values())):
         kopf.warn(job, reason=reason, message=message)
-    job_state.told = unmade
+    job_state.unmade = unmade
     if unmade and decision.inputs is not None:
         job_state.in_sync = decision.inputs

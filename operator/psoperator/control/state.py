@@ -78,9 +78,10 @@ class JobState:
     # The inputs with which its children were last found as rendered (control/protocol.py), or as
     # near as they can be: what is left conflicts or was refused, and was told.
     in_sync: tuple[Any, ...] | None = None
-    # The NameConflict and ChildRejected warnings its last changes told, as (reason, message): each
-    # is told once while it lasts, not at every resync.
-    told: frozenset[tuple[str, str]] = frozenset()
+    # The NameConflict and ChildRejected warnings its last changes told, by child ("Kind/name"), as
+    # (reason, message): each is told once while it lasts, not at every resync; the next plan says
+    # with them why a NetworkPolicy is missing.
+    unmade: dict[str, tuple[str, str]] = field(default_factory=dict)
     refusals: Refusals | None = None  # its chief's refusals of the progress port in a row
     # Its chief's latest rejected report, told once while the chief keeps giving it.
     rejected: RejectedReport | None = None

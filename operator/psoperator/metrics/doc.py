@@ -1,4 +1,4 @@
-"""docs/metrics.md, generated from the metrics as the operator registers them (registry.py).
+"""docs/reference/metrics.md, generated from the metrics as the operator registers them (registry.py).
 
 `psoperator metrics` prints it; `--write` writes it into the checkout this module is in. A unit test
 fails when the committed file and the registry drift apart.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from psoperator.metrics.registry import Metrics
 
-DOC_FILE = Path("docs/metrics.md")
+DOC_FILE = Path("docs/reference/metrics.md")
 INTRO = """\
 # Metrics
 

@@ -6,7 +6,7 @@ leave nothing behind (and a thousand jobs' series are no objects of their own). 
 counters of a namespace (jobs created, succeeded, failed, restarted) stay: they are bounded by the
 namespaces, not the jobs. No label holds a pod's name.
 
-`Metrics().reference` lists every metric as registered: docs/metrics.md is generated from it
+`Metrics().reference` lists every metric as registered: docs/reference/metrics.md is generated from it
 (`psoperator metrics --write`).
 """
 

@@ -6,6 +6,7 @@ exception, so an unexpected object cannot crash a reconcile.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -13,6 +14,7 @@ from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
 from psoperator.contract import Role
+from psoperator.managed_fields import folds
 from psoperator.observe.workload import KueueView, WorkloadView, parse_workload
 from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time
@@ -389,7 +391,7 @@ def owned_pods(pods: list[PodView], owner_uids: set[str], job_name: str) -> list
 
 
 def _metadata(obj: Obj) -> Obj:
-    """The object's metadata without managedFields (which the operator never reads)."""
+    """The object's metadata without managedFields."""
     return {k: v for k, v in _dict(obj.get("metadata")).items() if k != "managedFields"}
 
 
@@ -414,14 +416,28 @@ def slim_job(job: Obj) -> Obj:
 
 def slim_child(obj: Obj) -> Obj:
     """What the operator reads of a child (Service, StatefulSet, Job, ConfigMap, NetworkPolicy): its
-    kind, metadata (without managedFields), status and, of a Job, whether it is suspended. The spec
+    kind, metadata (of its managedFields only which Update entries an apply must fold first, without
+    their fields: managed_fields.py), status and, of a Job, whether it is suspended, of a
+    StatefulSet, its replicas (whether a change makes pods: plan/children.py). The rest of the spec
     (pod templates with TF_CONFIG) and a ConfigMap's data are left out: a child is compared with the
     rendered one by its hash annotation (plan/children.py). Interned, as a job is."""
     kept: Obj = {"kind": obj.get("kind"), "metadata": _metadata(obj), "status": _dict(obj.get("status"))}
     if obj.get("kind") == "Job":
         kept["spec"] = {"suspend": _dict(obj.get("spec")).get("suspend")}
+    elif obj.get("kind") == "StatefulSet":
+        kept["spec"] = {"replicas": _dict(obj.get("spec")).get("replicas")}
     slim: Obj = interned(kept)
+    managed = _dict(obj.get("metadata")).get("managedFields") or []
+    updates = sorted({entry["manager"] for entry in managed if folds(entry)})
+    if updates:  # which ones, not their fields: a patch reads those fresh
+        slim["metadata"]["managedFields"] = [_update_entry(manager) for manager in updates]
     return slim
+
+
+@functools.cache
+def _update_entry(manager: str) -> Obj:
+    """An Update entry of a slim child's managedFields: one, never changed, for all children."""
+    return {"manager": manager, "operation": "Update"}
 
 
 def owned_by(obj: Obj, uid: str) -> bool:

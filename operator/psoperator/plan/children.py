@@ -1,5 +1,11 @@
 """The children diff: what to create, patch, replace or delete so that a job's children are as
-rendered, decided without the API (kube.py carries it out)."""
+rendered, decided without the API (kube.py carries it out).
+
+No pod runs unisolated: a job's NetworkPolicies come first, and a change that makes pods (a new
+StatefulSet or Job, more replicas, a Job resumed) is made only after them. When one of them cannot
+exist (another owner's object has its name) no such change is planned; when its create fails,
+Kube.make_changes makes none. Pods that run already go on: nothing is scaled down or deleted for it.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from psoperator.api.labels import ANNOTATION_HASH, CHILD_KINDS, LABEL_ATTEMPT
+from psoperator.managed_fields import holds_updates
 from psoperator.observe.views import owned_by
 
 Obj = dict[str, Any]
+# Changed by a merge patch of their changeable fields only (render.changeable), never applied whole.
+MERGE_PATCHED = frozenset({"Job", "Workload"})
 
 
 class ChildVerb(enum.Enum):
@@ -27,19 +36,36 @@ class ChildChange:
     manifest: Obj
     verb: ChildVerb
     replaced: Obj | None = None  # a chief Job of an older attempt, deleted first
-    # A merge patch sent before the patch: what an apply cannot remove, since no manager owns it.
-    merge_first: Obj | None = None
+    # The child holds fields of the operator's updates (its create): they are folded into its
+    # apply's first (managed_fields.py), so that the patch removes what the render no longer has.
+    fold_updates: bool = False
+    # The uid of the child a patch is for, sent with it: the API server refuses the patch of an
+    # object of that name with another uid, and makes none when there is no object.
+    uid: str | None = None
+    # It makes pods: made only once the job's NetworkPolicies are (Kube.make_changes).
+    makes_pods: bool = False
+
+    @property
+    def isolates(self) -> bool:
+        """A NetworkPolicy of the job that does not exist yet."""
+        return self.manifest["kind"] == "NetworkPolicy" and self.verb is ChildVerb.CREATE
 
 
-def _stale_defaults(current: Obj, manifest: Obj) -> Obj | None:
-    """What `current` keeps that an apply of `manifest` cannot remove and the API server refuses
-    beside it: the `rollingUpdate` that defaulting gave a StatefulSet made by a version without
-    `updateStrategy`, which OnDelete forbids (an apply of `rollingUpdate: null` keeps it too)."""
-    wanted = manifest.get("spec", {}).get("updateStrategy", {}).get("type")
-    live = current.get("spec", {}).get("updateStrategy", {})
-    if manifest["kind"] != "StatefulSet" or wanted != "OnDelete" or "rollingUpdate" not in live:
-        return None
-    return {"spec": {"updateStrategy": {"type": wanted, "rollingUpdate": None}}}
+POD_MAKERS = ("StatefulSet", "Job")
+
+
+def _makes_pods(current: Obj | None, manifest: Obj) -> bool:
+    """Whether writing `manifest` over `current` (None: a create) makes pods: a new StatefulSet or Job,
+    a StatefulSet given more replicas, a suspended Job resumed."""
+    kind, spec = manifest["kind"], manifest.get("spec", {})
+    if kind not in POD_MAKERS:
+        return False
+    if current is None:
+        return True
+    live = current.get("spec", {})
+    if kind == "StatefulSet":
+        return int(spec.get("replicas") or 0) > int(live.get("replicas") or 0)
+    return bool(live.get("suspend")) and not spec.get("suspend")
 
 
 def _attempt(obj: Obj) -> str | None:
@@ -63,11 +89,13 @@ def plan_children(
     Without `create_missing` (the job has ended) only what exists is patched. With `hold_chief`
     (an older chief pod still runs) a chief Job of an old attempt is deleted, but the current
     attempt's is not created yet. The old chief pods are the plan's to delete (`delete_pods`).
+    The NetworkPolicies come first; while one cannot be made, nothing that makes pods is.
     """
     conflicts: list[str] = []
     changes: list[ChildChange] = []
     live = {(o.get("kind"), o["metadata"]["name"]): o for o in observed}
-    for manifest in desired:
+    unisolated = _policy_taken(owner_uid, desired, live)
+    for manifest in sorted(desired, key=lambda m: m["kind"] != "NetworkPolicy"):
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         current = live.get((kind, name))
         if current is not None and not owned_by(current, owner_uid):
@@ -78,17 +106,22 @@ def plan_children(
             continue  # a replica that read an older status: the newer attempt is not its to replace
         if not create_missing and (current is None or replace):
             continue  # the job has ended: what is gone stays gone, the last chief stays as it ended
+        makes_pods = _makes_pods(None if replace else current, manifest)
         if current is None or replace:
-            held = hold_chief and _attempt(manifest) is not None  # waits until no older chief pod runs
+            # The current attempt's chief waits until no older chief pod runs; every pod, for isolation.
+            held = (hold_chief and _attempt(manifest) is not None) or (unisolated and makes_pods)
             if replace or not held:
                 verb = ChildVerb.DELETE_REPLACED if held else ChildVerb.CREATE
-                changes.append(ChildChange(manifest, verb, current if replace else None))
+                replaced = current if replace else None
+                changes.append(ChildChange(manifest, verb, replaced, makes_pods=makes_pods))
         elif (
             current["metadata"].get("annotations", {}).get(ANNOTATION_HASH)
             != manifest["metadata"]["annotations"][ANNOTATION_HASH]
-        ):
-            stale = _stale_defaults(current, manifest)
-            changes.append(ChildChange(manifest, ChildVerb.PATCH, merge_first=stale))
+        ) and not (unisolated and makes_pods):
+            fold = kind not in MERGE_PATCHED and holds_updates(current)
+            uid = current["metadata"].get("uid")
+            change = ChildChange(manifest, ChildVerb.PATCH, fold_updates=fold, uid=uid, makes_pods=makes_pods)
+            changes.append(change)
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     for key, current in live.items():
         if key not in wanted and key[0] in CHILD_KINDS and owned_by(current, owner_uid):
@@ -96,9 +129,19 @@ def plan_children(
     return changes, conflicts
 
 
+def _policy_taken(owner_uid: str, desired: list[Obj], live: dict[tuple[Any, str], Obj]) -> bool:
+    """Whether a NetworkPolicy the job wants has its name taken by an object the job does not own."""
+    for manifest in desired:
+        current = live.get((manifest["kind"], manifest["metadata"]["name"]))
+        if manifest["kind"] == "NetworkPolicy" and current is not None and not owned_by(current, owner_uid):
+            return True
+    return False
+
+
 def children_fingerprint(owner_uid: str, observed: list[Obj]) -> frozenset[tuple[Any, ...]]:
-    """All that `plan_children` reads of the observed children: which exist, whether the job owns
-    each, its attempt and its hash. Their status, which changes often, is not in it."""
+    """All that decides whether `plan_children` changes the observed children: which exist, whether
+    the job owns each, its attempt and its hash. Their status, which changes often, is not in it, nor
+    their fields' managers, which decide how a patch is made, never whether."""
     return frozenset(
         (
             o.get("kind"),

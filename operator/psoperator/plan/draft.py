@@ -8,6 +8,7 @@ so no stage checks "was it already so?".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -109,6 +110,8 @@ class Draft(Actions):
     requested: Shape | None = None  # the parameter servers, workers and PS resources the spec asks for
     name: str = ""
     queue: str | None = None  # the Kueue LocalQueue the job's label names (queueing.py)
+    # The children the last changes could not make, "Kind/name" -> why, as its Warning said.
+    unmade: Mapping[str, str] = field(default_factory=dict)
     workload_wanted: bool = True  # False: a queued job's Workload is deleted (its shape is old)
 
     @classmethod

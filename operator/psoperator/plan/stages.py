@@ -13,7 +13,7 @@ reconcile is decided (True: the job has ended or is suspended) or goes on to the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -54,6 +54,8 @@ from psoperator.policies import (
 from psoperator.policies.planned_stop import CheckpointOutcome, StopCause
 from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
 from psoperator.render import RenderOptions
+from psoperator.render.networkpolicy import policy_names
+from psoperator.render.pod import overridden
 from psoperator.sizing.admission import SizingLevel, SizingVerdict, check_ps_memory
 from psoperator.status import tracking
 from psoperator.status.conditions import is_true
@@ -126,6 +128,40 @@ def _tell_sizing(d: Draft, verdict: SizingVerdict) -> None:
     warn = verdict.level is not SizingLevel.OK
     event = Event("Warning", "SizingWarning", verdict.message) if warn else None
     d.condition(ConditionType.SIZING_WARNING, warn, verdict.reason, verdict.message, event=event)
+
+
+def note_overridden_template(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """A template stored before the CRD refused what the operator sets in every pod (the contract's
+    environment, the names of its ports): the operator's own values are used, and the
+    TemplateOverridden condition names the template's (an event once: templates do not change)."""
+    if is_true(d.old.conditions, ConditionType.TEMPLATE_OVERRIDDEN):
+        return GO_ON
+    found = overridden(spec)
+    if found:
+        message = f"the operator sets {', '.join(found)} itself; the template's are not used"
+        event = Event("Warning", "TemplateOverridden", message)
+        d.condition(ConditionType.TEMPLATE_OVERRIDDEN, True, "SetByOperator", message, event=event)
+    return GO_ON
+
+
+def require_network_policies(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """No pod is made before the job's NetworkPolicies exist (plan/children.py). A job acted on
+    whose policies still do not (the API server refused one, another owner's object has its name,
+    one was deleted) gets the NetworkPolicyMissing condition with why; its running pods go on."""
+    wanted = policy_names(d.name, d.operator_namespace) if spec.network_policy.enabled else []
+    missing = [f"NetworkPolicy/{n}" for n in wanted if ("NetworkPolicy", n) not in d.observed.children]
+    if missing and d.old.observed_generation is not None:
+        refused = [d.unmade[ref] for ref in missing if ref in d.unmade]
+        why = "; ".join(refused) if refused else f"{', '.join(missing)} does not exist"
+        message = f"{why}: no pod of the job is created or added until its NetworkPolicies exist"
+        reason = "NetworkPolicyRefused" if refused else "NetworkPolicyNotCreated"
+        event = Event("Warning", "NetworkPolicyMissing", message)
+        d.condition(ConditionType.NETWORK_POLICY_MISSING, True, reason, message, event=event)
+    elif is_true(d.status.conditions, ConditionType.NETWORK_POLICY_MISSING):
+        said = "the job's NetworkPolicies exist" if wanted else "spec.networkPolicy.enabled is false"
+        reason = "NetworkPoliciesCreated" if wanted else "NetworkPolicyDisabled"
+        d.condition(ConditionType.NETWORK_POLICY_MISSING, False, reason, said)
+    return GO_ON
 
 
 def suspend_or_resume(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -346,7 +382,7 @@ def set_phase(spec: PSTrainingJobSpec, d: Draft) -> bool:
     old, status = d.old, d.status
     restarting = d.restarted or (status.restarts > 0 and is_true(old.conditions, ConditionType.RESTARTING))
     phase = Phase.RESTARTING if d.restarted else running_phase(spec, d.observed, status.restarts, restarting)
-    if d.observed.children:
+    if d.observed.children and not is_true(d.status.conditions, ConditionType.NETWORK_POLICY_MISSING):
         message = "Services, StatefulSets and the chief Job exist"
         event = Event("Normal", "Created", f"{message}: {_roles(spec)}")
         d.condition(ConditionType.CREATED, True, "ChildrenCreated", message, event=event)
@@ -469,6 +505,8 @@ def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
 STAGES: tuple[Stage, ...] = (
     when_finished,
     admit_sizing,
+    note_overridden_template,
+    require_network_policies,
     suspend_or_resume,
     wait_for_admission,
     enforce_deadline,
@@ -496,8 +534,12 @@ def plan_reconcile(
     cluster_domain: str = "cluster.local",
     operator_namespace: str | None = None,
     checkpoint_outcome: CheckpointOutcome | None = None,
+    unmade: Mapping[str, str] | None = None,
 ) -> ReconcilePlan:
+    """The decision of one reconcile; `unmade`: the children the last changes could not make
+    ("Kind/name" -> why)."""
     d = Draft.start(job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome)
+    d.unmade = unmade or {}
     try:
         spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as error:

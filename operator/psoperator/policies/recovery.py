@@ -27,8 +27,9 @@ Every RESTART_FROM_CHECKPOINT also restarts the PS that served the old chief (ps
 going away is not a failure.
 Only the training container's exit codes and restarts count (observe/failures.py classifies what
 happened to each pod; a sidecar's restart leaves the task's variables where they were).
-Every function here is pure: the classified failures and the job's status in, a decision out. README.md's
-"Recovery" section has the same matrix with the reason each row gives; `RULES` apply it in order.
+Every function here is pure: the classified failures and the job's status in, a decision out.
+docs/concepts/recovery.md has the same matrix with the reason each row gives; `RULES` apply it in
+order.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from psoperator.api.models import Admission, PSTrainingJobSpec, Shape
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
 from psoperator.policies.resize import requested, with_shape
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
-from psoperator.render.networkpolicy import render_peer_policy, render_progress_policy
-from psoperator.render.pod import Manifest, render_pod_template
+from psoperator.render.networkpolicy import render_network_policies
+from psoperator.render.pod import Manifest, render_pod_template, role_templates
 from psoperator.render.services import render_service
 from psoperator.render.statefulsets import render_statefulset
 from psoperator.render.tfconfig import cluster_spec, fits_environment, render_tf_config_map, tf_config
@@ -127,10 +127,9 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
         templates = {role: with_admission(t, opts.admission.of(role.value)) for role, t in templates.items()}
     children += _workloads_of(spec, name, namespace, replicas, templates, opts)
     if spec.network_policy.enabled:
-        children.append(render_peer_policy(name, namespace, spec.port))
-        if opts.operator_namespace:
-            port = DEFAULT_PROGRESS_PORT  # the renderer gives every chief this PSOP_PROGRESS_PORT
-            children.append(render_progress_policy(name, namespace, port, opts.operator_namespace))
+        # The renderer gives every chief DEFAULT_PROGRESS_PORT as its PSOP_PROGRESS_PORT.
+        port, progress = spec.port, DEFAULT_PROGRESS_PORT
+        children += render_network_policies(name, namespace, port, progress, opts.operator_namespace)
     owner = _owner_reference(job)
     return [_finish(child, owner) for child in children]
 
@@ -147,11 +146,8 @@ def _pod_templates(
     spec: PSTrainingJobSpec, name: str, cluster: dict[str, list[str]] | None, attempt: int
 ) -> dict[Role, Manifest]:
     """Each role's pod template; with `cluster`, the TF_CONFIG inline (else from the ConfigMap)."""
-    roles = {Role.CHIEF: spec.chief.template, Role.PS: spec.ps.template, Role.WORKER: spec.worker.template}
-    if spec.evaluator:
-        roles[Role.EVALUATOR] = spec.evaluator.template
     templates = {}
-    for role, template in roles.items():
+    for role, template in role_templates(spec).items():
         one = role in (Role.CHIEF, Role.EVALUATOR)  # a Job's one pod: its task index is 0
         config = tf_config(cluster, role, 0 if one else None) if cluster is not None else None
         templates[role] = render_pod_template(

@@ -4,7 +4,8 @@ from the job's own pods, and the chief's progress report only from the operator'
 Policies only allow: the job's pods accept nothing else (egress is left alone), and a user who
 needs more (TensorBoard, a metrics scrape) adds a policy of their own, which adds to these. Traffic
 from a pod's own node is never blocked by a NetworkPolicy (kubelet probes; an operator run out of
-cluster reaches only the chief's of its node), and hostNetwork pods are not isolated at all.
+cluster reaches only the chief's of its node). No policy isolates a pod on the node's network: the
+CRD refuses hostNetwork in the templates. The policies exist before any pod (plan/children.py).
 """
 
 from __future__ import annotations
@@ -38,10 +39,33 @@ def _tcp(port: int) -> list[Manifest]:
     return [{"protocol": "TCP", "port": port}]
 
 
+def _peers_name(job_name: str) -> str:
+    return f"{job_name}-peers"
+
+
+def _progress_name(job_name: str) -> str:
+    return f"{child_name(job_name, Role.CHIEF)}-progress"
+
+
+def policy_names(job_name: str, operator_namespace: str | None) -> list[str]:
+    """The names of the job's NetworkPolicies, as `render_network_policies` makes them."""
+    return [_peers_name(job_name), *([_progress_name(job_name)] if operator_namespace else [])]
+
+
+def render_network_policies(
+    job_name: str, namespace: str, port: int, progress_port: int, operator_namespace: str | None
+) -> list[Manifest]:
+    """The peers' policy and, where the operator has a namespace of its own, the progress port's."""
+    policies = [render_peer_policy(job_name, namespace, port)]
+    if operator_namespace:
+        policies.append(render_progress_policy(job_name, namespace, progress_port, operator_namespace))
+    return policies
+
+
 def render_peer_policy(job_name: str, namespace: str, port: int) -> Manifest:
     """Every pod of the job (chief, PS, workers, evaluator) takes the gRPC port from the job's pods only."""
     ingress = [{"from": [{"podSelector": {"matchLabels": {LABEL_JOB: job_name}}}], "ports": _tcp(port)}]
-    return _policy(job_name, namespace, f"{job_name}-peers", {LABEL_JOB: job_name}, ingress)
+    return _policy(job_name, namespace, _peers_name(job_name), {LABEL_JOB: job_name}, ingress)
 
 
 def render_progress_policy(
@@ -50,5 +74,5 @@ def render_progress_policy(
     """The chief's progress port, from the operator's namespace only: the operator reads it."""
     operator = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}}
     ingress = [{"from": [operator], "ports": _tcp(progress_port)}]
-    name = f"{child_name(job_name, Role.CHIEF)}-progress"
-    return _policy(job_name, namespace, name, selector_labels(job_name, Role.CHIEF), ingress)
+    chief = selector_labels(job_name, Role.CHIEF)
+    return _policy(job_name, namespace, _progress_name(job_name), chief, ingress)

@@ -2,7 +2,9 @@
 
 Added: labels, the default image, TF_CONFIG and the contract's environment in every container, the
 task port, the checkpoint volume, scheduling settings. What the user set wins over our defaults,
-except the labels that select the pods and the environment that must be right for TF to work.
+except the labels that select the pods, the contract's environment (contract.INJECTED_ENV) and the
+names of the ports the operator declares (contract.INJECTED_PORT_NAMES): those are the operator's.
+The CRD refuses a template that sets them; one stored before it did is overridden (`overridden`).
 """
 
 from __future__ import annotations
@@ -73,21 +75,46 @@ def contract_env(
     return env
 
 
-# Set by the operator whatever the user's template says: TensorFlow must find its cluster.
-_OWN_ENV = frozenset({contract.ENV_TF_CONFIG, contract.ENV_TF_CONFIG_FILE, contract.ENV_TASK_INDEX})
+_OWN_ENV = frozenset(contract.INJECTED_ENV)
+_OWN_PORT_NAMES = frozenset(contract.INJECTED_PORT_NAMES)
 
 
 def _merge_env(ours: list[Manifest], theirs: list[Manifest]) -> list[Manifest]:
-    """Ours first so the user's env can reference it; a name the user sets is theirs, except TF_CONFIG."""
-    user_names = {e.get("name") for e in theirs} - _OWN_ENV
-    kept_theirs = [e for e in theirs if e.get("name") not in _OWN_ENV]
-    return [e for e in ours if e["name"] not in user_names] + kept_theirs
+    """Ours first, so the user's env can reference it; the user's entries of our names are dropped."""
+    return ours + [e for e in theirs if e.get("name") not in _OWN_ENV]
+
+
+def _without_our_port_names(container: Manifest) -> None:
+    if "ports" in container:
+        container["ports"] = [p for p in container["ports"] if p.get("name") not in _OWN_PORT_NAMES]
 
 
 def _with_port(container: Manifest, name: str, port: int) -> None:
+    """Declare `port` as `name`, unless the template declares that number under a name of its own."""
     ports = container.setdefault("ports", [])
     if not any(p.get("containerPort") == port for p in ports):
         ports.append({"name": name, "containerPort": port, "protocol": "TCP"})
+
+
+def overridden(spec: PSTrainingJobSpec) -> list[str]:
+    """What of the templates the operator sets over: env entries of the contract's names and ports
+    of the names it declares, as "spec.<role>.template.spec.containers[<i>].env[<name>]" (or ports)."""
+    found = []
+    for role, template in role_templates(spec).items():
+        for i, container in enumerate(template.get("spec", {}).get("containers", [])):
+            where = f"spec.{role}.template.spec.containers[{i}]"
+            env = [e["name"] for e in container.get("env", []) if e.get("name") in _OWN_ENV]
+            ports = [p["name"] for p in container.get("ports", []) if p.get("name") in _OWN_PORT_NAMES]
+            found += [f"{where}.env[{name}]" for name in env] + [f"{where}.ports[{name}]" for name in ports]
+    return found
+
+
+def role_templates(spec: PSTrainingJobSpec) -> dict[Role, Manifest]:
+    """Each role's template as the spec has it; the evaluator's only when there is one."""
+    roles = {Role.CHIEF: spec.chief.template, Role.PS: spec.ps.template, Role.WORKER: spec.worker.template}
+    if spec.evaluator:
+        roles[Role.EVALUATOR] = spec.evaluator.template
+    return roles
 
 
 def trainer_container_name(template: Manifest) -> str | None:
@@ -162,15 +189,16 @@ def render_pod_template(
         if not container.get("image") and spec.image:
             container["image"] = spec.image
         container["env"] = _merge_env(env, container.get("env", []))
+        _without_our_port_names(container)
         theirs = [m for m in container.get("volumeMounts", []) if m.get("name") not in _OWN_VOLUMES]
         if theirs or mounts or "volumeMounts" in container:
             container["volumeMounts"] = theirs + mounts
         if container.get("name") == trainer:
             # The trainer serves the task's gRPC port and, in the chief, the progress report.
             if role is not Role.EVALUATOR:
-                _with_port(container, "tf", spec.port)
+                _with_port(container, contract.TASK_PORT_NAME, spec.port)
             if role is Role.CHIEF:
-                _with_port(container, "progress", contract.DEFAULT_PROGRESS_PORT)
+                _with_port(container, contract.PROGRESS_PORT_NAME, contract.DEFAULT_PROGRESS_PORT)
                 container.setdefault("terminationMessagePath", contract.TERMINATION_MESSAGE_PATH)
                 container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     pod_spec.setdefault("subdomain", child_name(job_name, role))

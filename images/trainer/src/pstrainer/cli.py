@@ -2,7 +2,7 @@
 
 The role comes from TF_CONFIG (and must agree with PSOP_ROLE): ps and worker serve, the chief
 trains and checkpoints, the evaluator follows checkpoints. Exit codes are psoperator.contract's
-ExitCode; see README.md.
+ExitCode; see docs/reference/runtime.md.
 """
 
 from __future__ import annotations
