@@ -35,6 +35,7 @@ class ConditionType(enum.StrEnum):
     RESIZED = "Resized"
     STALLED = "Stalled"
     UNSCHEDULABLE = "Unschedulable"
+    NODE_LOST = "NodeLost"
     SIZING_WARNING = "SizingWarning"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
