@@ -4,15 +4,16 @@ replicas that run, only the Lease's holder reconciles jobs.
 The holder renews the Lease every `retry` seconds; the others take it over only once it has not
 changed for `duration` seconds by their own clock, counted from when their read that saw it change
 returned (not from the renewTime written by another machine's clock, which may be skewed, nor from
-when the read was sent: a slow read would start the count early). A holder that has not renewed for
-`renew_deadline` seconds (shorter than `duration`) has lost the Lease before anyone may take it
-over: from then on it sends no write (kube.py asks `holds` before each one, so a reconcile's thread
-that outlived the Lease sends nothing more of its plan) and the process exits, as a
-controller-runtime manager does, to come back as a standby. Status writes also carry the
-resourceVersion they were computed from, so a write computed from a stale read is refused (409).
+when the read was sent: a slow read would start the count early). So the holder may write for
+`renew_deadline` seconds (shorter than `duration`) from when it sent its last renew, and no longer:
+kube.py asks `holds` before each write, so a reconcile's thread that outlived the Lease sends
+nothing more of its plan. A holder that then fails to renew, or finds another holding the Lease,
+has lost it: the process exits, as a controller-runtime manager does, to come back as a standby.
+Status writes also carry the resourceVersion they were computed from, so a write computed from a
+stale read is refused (409).
 
 The election runs on a thread of its own with a client of its own (kube.lease_client: its own
-connection, each request bounded by half the renew deadline, as client-go bounds it): a busy event
+connection, no retry within a request, each request bounded by the renew deadline): a busy event
 loop, the reconciles' threads and their connections cannot hold a renew up.
 """
 
@@ -122,7 +123,10 @@ class Election:
 
     @property
     def retry(self) -> float:
-        return max(self.duration / 4, 0.5)
+        """How long after each step the next one comes: client-go's defaults' ratio (a 15 s Lease, a
+        2 s retry), so that a renew deadline holds several tries, and a few slow steps in a row
+        (a busy machine) do not lose the Lease."""
+        return max(self.duration * 2 / 15, 0.5)
 
     @property
     def renew_deadline(self) -> float:
@@ -130,8 +134,10 @@ class Election:
 
     @property
     def request_timeout(self) -> float:
-        """The longest one Lease request may take: a renew (a read and a write) ends by its deadline."""
-        return max(self.renew_deadline / 2, 1.0)
+        """The longest one Lease request may take: the renew deadline. A renew that ends later has
+        lost the Lease, and `holds` stops the writes at the deadline whether its requests answer or
+        not; a shorter bound would only fail renews that still had the time to succeed."""
+        return self.renew_deadline
 
 
 def exit_process() -> None:
@@ -156,7 +162,7 @@ class Elector:
         self.me = identity()
         self.seen = LeaseClock()
         self.leading = False
-        # Until when (by `clock`) this replica may write: its last renew's start and the renew deadline.
+        # Until when (by `clock`) this replica may write: its last renew's sending and the renew deadline.
         self.until = -math.inf
         self.failing = False
         self._lock = threading.Lock()  # `until` and `leading` change under it, from either thread
@@ -184,41 +190,44 @@ class Elector:
             self._ended.set_result(None)
 
     def step(self) -> None:
-        """Read the Lease and renew or take it if this replica may; a leader that did not renew
-        within its renew deadline, or finds another holding the Lease, has lost it."""
+        """Read the Lease and renew or take it if this replica may. A leader that finds another
+        holding it, or fails to renew it once its renew deadline has passed, has lost it."""
         e = self.election
-        started = self.clock()
         try:
-            held, taken = self._try_hold()
+            written, taken = self._try_hold()
             self._told_recovered()
         except Exception as error:  # unreachable, refused or no answer in time: tried again next period
             self._tell_failing(error)
-            held, taken = False, False
+            written, taken = None, False
         with self._lock:
             if self._stopping.is_set():
                 return
-            if self.leading and (taken or not self.holds()):
+            if written is not None:
+                self.until = written + e.renew_deadline
+            elif self.leading and (taken or not self.holds()):
                 why = "another replica holds it" if taken else f"not renewed within {e.renew_deadline:.1f}s"
                 self._lose(why)
                 return
-            if held:
-                self.until = started + e.renew_deadline
-            if not held or self.leading:
+            if written is None or self.leading:
                 return
             self.leading = True
         log.warning("leader election: %s leads", self.me)
         self.lead()
 
-    def _try_hold(self) -> tuple[bool, bool]:
-        """Write this replica into the Lease if it may: (held, whether another holds it)."""
+    def _try_hold(self) -> tuple[float | None, bool]:
+        """Write this replica into the Lease if it may: when the write that did so was sent (None:
+        none did), and whether another holds the Lease. Any other replica counts the Lease from
+        when its read of this write returned, so never before then: writes are safe until that
+        moment plus the renew deadline (the duration being longer)."""
         e = self.election
         record = LeaseRecord.parse(self.kube.get_lease(e.namespace, e.name))
         now = self.clock()  # after the read: it saw the Lease as it is now, not when it was sent
         self.seen.observe(record, now)
-        held = may_hold(record, self.me, self.seen, e.duration, now) and self.kube.write_lease(
-            lease_body(e.name, e.namespace, self.me, e.duration, datetime.now(UTC), record)
-        )
-        return held, not held and record is not None and record.holder not in (None, self.me)
+        if not may_hold(record, self.me, self.seen, e.duration, now):
+            return None, record is not None and record.holder not in (None, self.me)
+        sent = self.clock()
+        body = lease_body(e.name, e.namespace, self.me, e.duration, datetime.now(UTC), record)
+        return (sent if self.kube.write_lease(body) else None), False
 
     def holds(self) -> bool:
         """Whether this replica may write now: it renewed the Lease within the renew deadline. Asked
