@@ -62,6 +62,16 @@ def load_config() -> None:
     client.Configuration.set_default(configuration)
 
 
+def lease_client(timeout: float, on_response: Callable[[str, str, str, float], None] | None = None) -> Kube:
+    """A client for leader election alone (control/leader.py): a connection of its own, so that no
+    reconcile's request holds a renew up; no retry within a request (the election tries again at its
+    next period); each request bounded by `timeout`."""
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = 1
+    configuration.retries = False
+    return Kube(client.ApiClient(configuration), on_response=on_response, timeout=timeout)
+
+
 # Error statuses of an API server that is overloaded or restarting: a read that got one is sent again.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 RETRIES, RETRY_BACKOFF_SECONDS = 3, 0.2
@@ -107,6 +117,11 @@ class StaleJob(Exception):
     """The job changed since it was read: the status computed from it was not written."""
 
 
+class NotLeading(Exception):
+    """A write not sent: this replica no longer holds the leader Lease (control/leader.py), and
+    another one may be acting on the same objects."""
+
+
 @dataclass
 class ApplyResult:
     created: list[str] = field(default_factory=list)
@@ -122,7 +137,9 @@ class ApplyResult:
 
 def api_failure(error: BaseException) -> str | None:
     """One line for a request the API server failed (an error status, no answer in time, no
-    connection); None for any other error."""
+    connection) or that was not sent (NotLeading); None for any other error."""
+    if isinstance(error, NotLeading):
+        return str(error)
     if isinstance(error, ApiException):
         return f"the API server answered {error.status} {error.reason}"
     if isinstance(error, urllib3.exceptions.HTTPError):
@@ -152,12 +169,17 @@ class Kube:
         api_client: client.ApiClient | None = None,
         on_response: Callable[[str, str, str, float], None] | None = None,
         timeout: float = API_TIMEOUT_SECONDS,
+        may_write: Callable[[], bool] | None = None,
     ) -> None:
         self.api = api_client or client.ApiClient()
         # Told of every request: its HTTP method, resource (resource_of), status code ("none": no
         # response) and seconds until its answer was read.
         self.on_response = on_response or (lambda _method, _resource, _code, _seconds: None)
         self.timeout = timeout
+        # Asked right before each write is sent (with leader election: whether this replica still
+        # holds the Lease, control/leader.py). A write it refuses is not sent (NotLeading), so a
+        # reconcile's thread that outlived the Lease sends nothing more of its plan.
+        self.may_write = may_write or (lambda: True)
 
     def _call(
         self,
@@ -168,6 +190,8 @@ class Kube:
         content_type: str = "application/json",
         query: list[tuple[str, str]] | None = None,
     ) -> Obj:
+        if method != "GET" and not self.may_write():
+            raise NotLeading(f"{method} {path} not sent: this replica no longer holds the leader Lease")
         request = self.api.param_serialize(
             method,
             path,

@@ -369,9 +369,9 @@ def test_finished_jobs_count_in_the_pace_at_their_own_rare_resync() -> None:
     assert all(270 * stretch <= loop.resync_after(state, succeeded) <= 330 * stretch for _ in range(20))
 
 
-def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Taking the Lease starts the known jobs' loops and says so in psoperator_leader; losing it
-    stops them and says so too."""
+def test_taking_the_lease_starts_the_loops_and_sets_the_leader_gauge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking the Lease starts the known jobs' loops and says so in psoperator_leader (a replica that
+    loses it exits: control/leader.py)."""
 
     async def idle(*_: Any) -> ReconcilePlan:
         await asyncio.sleep(3600)
@@ -385,10 +385,10 @@ def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> 
         return state.metrics.registry.get_sample_value("psoperator_leader")
 
     async def scenario() -> None:
-        await loop.lead(state)
+        assert leader() == 0
+        loop.lead(state)
         assert leader() == 1 and state.jobs[("ns", "ctr")].loop is not None
-        await loop.follow(state)
-        assert leader() == 0 and not state.looping()
+        await loop.stop_loops(state)
 
     asyncio.run(scenario())
 
@@ -425,10 +425,10 @@ def test_every_loop_runs_in_the_first_job_handlers_context_not_its_own(
     async def scenario() -> None:
         await asyncio.create_task(job_event("first"))  # each event has a context of its own
         await asyncio.create_task(job_event("second"))
-        await loop.follow(state)
-        await loop.lead(state)  # both loops again, started from the election's side
+        await loop.stop_loops(state)
+        loop.lead(state)  # both loops again, started from the election's side
         await asyncio.sleep(0.01)
-        await loop.follow(state)
+        await loop.stop_loops(state)
 
     asyncio.run(scenario())
     assert seen == ["first's handler"] * 4
@@ -672,16 +672,12 @@ def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is
 
 
 def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() -> None:
-    """A renew that hangs: the elector still leads until its step times out, but the standby may
+    """A renew that hangs: the elector still leads until its request returns, but the standby may
     take the Lease over then; a reconcile about to write, delete or create does nothing."""
-
-    async def nothing() -> None:
-        pass
-
     kube = RecordingKube()
     state = OperatorState(kube, Metrics())
-    state.elector = Elector(kube, Election("ops", "psop", 8), nothing, nothing)
-    state.elector.leading, state.elector.renewed = True, time.monotonic() - 6  # renew deadline: 5.3 s
+    state.elector = Elector(kube, Election("ops", "psop", 8), lead=lambda: None, lost=lambda: None)
+    state.elector.leading, state.elector.until = True, time.monotonic() - 0.5  # renewed 5.8 s ago
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     plan = ReconcilePlan(
         status={"phase": "Restarting"}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)]

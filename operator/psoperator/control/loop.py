@@ -5,7 +5,7 @@ when the watches wake it (its spec or one of its children changed; not its statu
 writes it), and on a timer for progress, deadlines and TTLs: finished and suspended jobs rarely,
 every timer jittered, all of them stretched when the jobs together would pass `resyncs_per_second`.
 A failed reconcile is retried with back-off. The loop ends when the job is gone, forgetting it, or
-when it is cancelled (the job deleted, the Lease lost, the operator stopping).
+when it is cancelled (the job deleted, the operator stopping).
 
 The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
 daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
@@ -84,17 +84,12 @@ def drop_loop(state: OperatorState, key: JobKey, loop: asyncio.Task[None] | None
     state.metrics.jobs_managed.set(len(state.looping()))
 
 
-async def lead(state: OperatorState) -> None:
-    """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
+def lead(state: OperatorState) -> None:
+    """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done).
+    On the event loop's thread. A replica that loses the Lease exits (control/leader.py)."""
     state.metrics.leader.set(1)
     for key in sorted(state.jobs):
         start_loop(state, key, state.jobs[key].logger)
-
-
-async def follow(state: OperatorState) -> None:
-    """Another replica holds the Lease: no loop of ours may act any more."""
-    state.metrics.leader.set(0)
-    await stop_loops(state)
 
 
 async def stop_loops(state: OperatorState) -> None:

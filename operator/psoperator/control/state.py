@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -99,7 +98,6 @@ class OperatorState:
     # With leader election (several replicas), only the Lease's holder runs the jobs' loops.
     election: Election | None = None
     elector: Elector | None = None
-    election_task: asyncio.Task[None] | None = None
     heap_task: asyncio.Task[None] | None = None  # control/heap.py
     # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
@@ -131,7 +129,7 @@ class OperatorState:
 
     def may_act(self) -> bool:
         """Whether a loop may act now: no election, or the Lease renewed within its renew deadline."""
-        return self.elector is None or self.elector.holds(time.monotonic())
+        return self.elector is None or self.elector.holds()
 
     def job(self, key: JobKey, logger: Any) -> JobState:
         """The job's state, made at its first sight."""
