@@ -43,6 +43,8 @@ ENV_CHECKPOINT_INTERVAL_STEPS = "PSOP_CHECKPOINT_INTERVAL_STEPS"
 ENV_CHECKPOINT_INTERVAL_SECONDS = "PSOP_CHECKPOINT_INTERVAL_SECONDS"
 ENV_CONNECT_TIMEOUT_SECONDS = "PSOP_CONNECT_TIMEOUT_SECONDS"
 ENV_PROGRESS_PORT = "PSOP_PROGRESS_PORT"
+# The chief's only: the longest hold a checkpoint request may ask for (checkpointBeforeStopSeconds).
+ENV_CHECKPOINT_BEFORE_STOP_SECONDS = "PSOP_CHECKPOINT_BEFORE_STOP_SECONDS"
 ENV_TERMINATION_MESSAGE_PATH = "PSOP_TERMINATION_MESSAGE_PATH"
 
 # The chief serves GET /progress (ProgressReport as JSON) and GET /metrics (Prometheus) here.
@@ -60,6 +62,8 @@ TERMINATION_MESSAGE_LIMIT = 4096
 # Idempotent: a request at the step of the latest checkpoint answers that checkpoint, saved=false.
 CHECKPOINT_PATH = "/checkpoint"
 DEFAULT_CHECKPOINT_DEADLINE_SECONDS = 60.0
+# spec.failurePolicy.checkpointBeforeStopSeconds unless the job says otherwise.
+DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS = 60
 # The longest deadline or hold a request may ask for.
 MAX_CHECKPOINT_REQUEST_SECONDS = 3600.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import importlib.util
 import json
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from tfcluster.jobs import ctr_job
-from tfcluster.kubelet import resolve_env, statefulset_pod
+from tfcluster.kubelet import job_pod, resolve_env, statefulset_pod
 
 from psoperator.contract import (
     DEFAULT_CHECKPOINT_DEADLINE_SECONDS,
@@ -30,6 +31,7 @@ from psoperator.contract import (
     Role,
 )
 from psoperator.render import render_children
+from pstrainer import progress
 from pstrainer.cadence import Cadence
 from pstrainer.config import DEFAULT_CHECKPOINT_INTERVAL_SECONDS, ConfigError, load_config, parse_tf_config
 from pstrainer.exits import classify_exception, describe
@@ -68,6 +70,21 @@ def test_config_from_the_rendered_pod_env() -> None:
     assert config.connect_timeout_seconds == 120 and config.progress_port == 8470
     assert config.termination_message_path == "/dev/termination-log"
     assert config.model.num_shards == 2  # one per parameter server by default
+
+
+def test_the_chief_alone_is_told_checkpoint_before_stop_seconds_as_its_longest_hold() -> None:
+    job = ctr_job(Path("/ckpt"), ["--steps=10"])
+    job["spec"]["failurePolicy"] = {"checkpointBeforeStopSeconds": 45}
+    children = render_children(job)
+    chief_job = next(c for c in children if c["kind"] == "Job")
+    ps_set = next(c for c in children if c["kind"] == "StatefulSet" and c["metadata"]["name"] == "ctr-ps")
+    chief = load_config(
+        [], resolve_env(job_pod(chief_job)[1]["spec"]["containers"][0], job_pod(chief_job)[0])
+    )
+    pod, template = statefulset_pod(ps_set, 0)
+    assert chief.checkpoint_before_stop_seconds == 45
+    assert "PSOP_CHECKPOINT_BEFORE_STOP_SECONDS" not in resolve_env(template["spec"]["containers"][0], pod)
+    assert load_config([], env_for("chief")).checkpoint_before_stop_seconds == 60  # the spec's default
 
 
 def test_flags_override_the_environment_which_overrides_defaults() -> None:
@@ -329,6 +346,109 @@ def test_progress_server_takes_checkpoint_requests() -> None:
         server.stop()
 
 
+class _Training:
+    """The training loop's side in a thread: serves the requests (FakeLoop) until stopped."""
+
+    def __init__(self, requests: CheckpointRequests) -> None:
+        self.requests, self.loop, self.stopping = requests, FakeLoop(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.holds: list[float] = []  # how long each serve that answered a request took
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            served, began = self.loop.served, time.monotonic()
+            self.requests.serve(self.loop.on_request)
+            if self.loop.served > served:
+                self.holds.append(time.monotonic() - began)
+            time.sleep(0.01)  # a step
+
+    def __enter__(self) -> _Training:
+        self.requests.open()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+
+
+def test_a_hold_asked_over_http_lasts_checkpoint_before_stop_seconds_at_most() -> None:
+    requests = CheckpointRequests()
+    server = ProgressServer(ProgressTracker(), 0, "127.0.0.1", requests, max_hold_seconds=0.5).start()
+    try:
+        with _Training(requests) as training:
+            status, answer = _post(server.port, "/checkpoint?holdSeconds=3600")
+            assert status == 200 and answer is not None and answer.saved
+            _wait_until("the hold's end", lambda: bool(training.holds), timeout=5)  # not an hour
+            assert 0.5 <= training.holds[0] < 3
+    finally:
+        server.stop()
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def _closed_within(connection: socket.socket, seconds: float) -> bool:
+    """Whether the server closes the connection (no answer) within `seconds`."""
+    connection.settimeout(seconds)
+    try:
+        return connection.recv(4096) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_a_connection_that_does_not_send_its_request_in_time_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(progress, "REQUEST_READ_SECONDS", 0.5)
+    server = ProgressServer(ProgressTracker(), port=0, host="127.0.0.1").start()
+    try:
+        with _connect(server.port) as idle, _connect(server.port) as trickling:
+            trickling.sendall(b"GET /progress HTTP/1.1\r\n")
+            began = time.monotonic()
+            for _ in range(4):  # a header line every 0.2 s: each read comes in time, the whole does not
+                time.sleep(0.2)
+                with contextlib.suppress(OSError):
+                    trickling.sendall(b"X-Slow: 1\r\n")
+            assert _closed_within(idle, 5) and _closed_within(trickling, 5)
+            assert time.monotonic() - began < 4
+    finally:
+        server.stop()
+
+
+def test_connections_beyond_the_cap_are_closed_unanswered_and_served_again_once_below() -> None:
+    server = ProgressServer(ProgressTracker(), port=0, host="127.0.0.1").start()
+    held = [_connect(server.port) for _ in range(progress.MAX_CONNECTIONS)]
+    try:
+        for connection in held:  # each has its thread: a request line sent, its headers not yet
+            connection.sendall(b"GET /progress HTTP/1.1\r\n")
+        extra = _connect(server.port)
+        extra.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert _closed_within(extra, 5)
+        extra.close()
+    finally:
+        for connection in held:
+            connection.close()
+    try:
+        _wait_until("a request served again", lambda: _healthz(server.port) == 200)
+    finally:
+        server.stop()
+
+
+def _healthz(port: int) -> int | None:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
 # --- checkpoint requests --------------------------------------------------------------------------
 
 
@@ -376,9 +496,10 @@ class FakeLoop:
     """The training loop's side: one save per step, the latest checkpoint answered again."""
 
     def __init__(self) -> None:
-        self.step, self.saves = 10, 0
+        self.step, self.saves, self.served = 10, 0, 0
 
     def on_request(self) -> Outcome:
+        self.served += 1
         fresh = self.saves == 0
         self.saves += fresh
         return CheckpointStatus.SAVED, CheckpointAnswer(checkpointStep=self.step, saved=fresh)
@@ -423,6 +544,23 @@ def test_a_hold_keeps_the_loop_answering_until_it_ends() -> None:
     assert outcomes[0][1] == CheckpointAnswer(checkpointStep=10, saved=False)  # during the hold
     serving.join(5)
     assert time.monotonic() - began >= 0.5 and loop.saves == 1
+
+
+def test_asking_again_for_the_checkpoint_held_does_not_extend_its_hold() -> None:
+    """An asker who asks every half hold: the hold still ends one hold after the save."""
+    requests, loop = CheckpointRequests(), FakeLoop()
+    requests.open()
+    first, _ = _ask_in_thread(requests, deadlineSeconds=10, holdSeconds=1)
+    _wait_until("queued", lambda: bool(requests._pending))
+    serving = threading.Thread(target=requests.serve, args=(loop.on_request,), daemon=True)
+    began = time.monotonic()
+    serving.start()
+    first.join(5)
+    while serving.is_alive() and time.monotonic() - began < 4:
+        _ask_in_thread(requests, deadlineSeconds=0.2, holdSeconds=1)
+        time.sleep(0.5)
+    serving.join(5)
+    assert time.monotonic() - began < 2.5 and loop.saves == 1 and loop.served >= 2
 
 
 def test_a_refused_request_does_not_hold() -> None:

@@ -73,6 +73,12 @@ def contract_env(
     return env
 
 
+def chief_env(spec: PSTrainingJobSpec) -> list[Manifest]:
+    """What the chief's trainer container alone gets besides the contract's environment."""
+    seconds = spec.failure_policy.checkpoint_before_stop_seconds
+    return [{"name": contract.ENV_CHECKPOINT_BEFORE_STOP_SECONDS, "value": str(seconds)}]
+
+
 # Set by the operator whatever the user's template says: TensorFlow must find its cluster.
 _OWN_ENV = frozenset({contract.ENV_TF_CONFIG, contract.ENV_TF_CONFIG_FILE, contract.ENV_TASK_INDEX})
 
@@ -161,7 +167,8 @@ def render_pod_template(
     for container in containers:
         if not container.get("image") and spec.image:
             container["image"] = spec.image
-        container["env"] = _merge_env(env, container.get("env", []))
+        own = env + chief_env(spec) if role is Role.CHIEF and container.get("name") == trainer else env
+        container["env"] = _merge_env(own, container.get("env", []))
         theirs = [m for m in container.get("volumeMounts", []) if m.get("name") not in _OWN_VOLUMES]
         if theirs or mounts or "volumeMounts" in container:
             container["volumeMounts"] = theirs + mounts

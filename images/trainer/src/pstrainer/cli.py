@@ -118,7 +118,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     _prepare_termination(config, exiter, requests)
     try:
         if config.role is Role.CHIEF:
-            server = ProgressServer(tracker, config.progress_port, requests=requests).start()
+            server = ProgressServer(
+                tracker,
+                config.progress_port,
+                requests=requests,
+                max_hold_seconds=config.checkpoint_before_stop_seconds,
+            ).start()
             log.info(
                 "progress on port %d (%s, %s, POST %s)",
                 server.port,
