@@ -18,6 +18,12 @@ from psoperator import API_TIMEOUT_SECONDS
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 from psoperator.sizing import cli as sizing_cli
 
+CHIEF_KEY_FILE_ENV = "PSOPERATOR_CHIEF_KEY_FILE"
+_CHIEF_KEY_HELP = (
+    "a file of at least 32 secret bytes (e.g. `head -c 32 /dev/urandom`), the same for every replica; "
+    "each job's chief answers its progress port only to a token derived from it"
+)
+
 
 @dataclass(frozen=True)
 class KopfOptions:
@@ -69,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     from psoperator import handlers  # noqa: F401  (registers the handlers)
+    from psoperator.control.chief_key import ChiefKey
     from psoperator.control.leader import Election
     from psoperator.control.state import Config, OperatorState
     from psoperator.faults import faults_from_environment
@@ -78,6 +85,9 @@ def _run(args: argparse.Namespace) -> int:
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
     try:
         faults = faults_from_environment()
+        if not args.chief_key_file:
+            raise ValueError(f"--chief-key-file (or ${CHIEF_KEY_FILE_ENV}) is required: {_CHIEF_KEY_HELP}")
+        chief_key = ChiefKey.from_file(args.chief_key_file)
     except ValueError as error:
         return _usage_error("run", str(error))
     load_config()
@@ -96,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
         resyncs_per_second=args.resyncs_per_second,
         fresh_reads_per_second=args.fresh_reads_per_second,
         progress_port=args.progress_port,
+        chief_key=chief_key,
         kueue=args.kueue,
         faults=faults,
     )
@@ -260,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_PROGRESS_PORT,
         help="port of the chief's progress endpoint (the trainer's PSOP_PROGRESS_PORT)",
+    )
+    run.add_argument(
+        "--chief-key-file",
+        default=os.environ.get(CHIEF_KEY_FILE_ENV, ""),
+        help=f"required (default: ${CHIEF_KEY_FILE_ENV}, which the chart sets): {_CHIEF_KEY_HELP}",
     )
     run.add_argument(
         "--no-kueue",

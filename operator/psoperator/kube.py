@@ -46,6 +46,7 @@ _PATHS = {
     "Job": ("/apis/batch/v1", "jobs"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "Workload": (f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}", "workloads"),
+    "Secret": ("/api/v1", "secrets"),  # created only (ChildVerb.CREATE_ONLY), never read
 }
 # Changed by a merge patch of their changeable fields only (render.changeable), never applied whole.
 _MERGE_PATCHED = ("Job", "Workload")
@@ -317,13 +318,16 @@ class Kube:
         """Create, patch, replace and delete as `plan_children` planned; its `conflicts` (objects of
         the job's children's names that it does not own) come first in the result's. A change the
         API server fails does not hold up the others: they are made, then the first failure is
-        raised."""
+        raised. But a Secret to create only comes before the chief Job whose pod mounts it: if it
+        fails, nothing after it is made (the Job would be created without it for good)."""
         result = ApplyResult(conflicts=list(conflicts))
         failed: Exception | None = None
         for change in changes:
             try:
                 self._change(namespace, change, result)
             except (ApiException, urllib3.exceptions.HTTPError) as error:
+                if change.verb is ChildVerb.CREATE_ONLY:
+                    raise
                 failed = failed or error
         if failed is not None:
             raise failed
@@ -332,6 +336,9 @@ class Kube:
     def _change(self, namespace: str, change: ChildChange, result: ApplyResult) -> None:
         kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
         ref = f"{kind}/{name}"
+        if change.verb is ChildVerb.CREATE_ONLY:
+            self._create_only(namespace, change.manifest, result)
+            return
         gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
         if gone is not None:
             self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
@@ -355,6 +362,19 @@ class Kube:
             elif error.status in REFUSALS:
                 result.rejected.append(f"{ref}: {_reason(error)}")
             else:
+                raise
+
+    def _create_only(self, namespace: str, manifest: Obj, result: ApplyResult) -> None:
+        """Create an object the operator may not read (a Secret): one of its name already there is
+        taken as the job's own, and what the API server answers (the secret) is not kept."""
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        try:
+            self._call("POST", self._path(kind, namespace), manifest)
+            result.created.append(f"{kind}/{name}")
+        except ApiException as error:
+            if error.status in REFUSALS:
+                result.rejected.append(f"{kind}/{name}: {_reason(error)}")
+            elif not _already_exists(error):
                 raise
 
     def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> None:

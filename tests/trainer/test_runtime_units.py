@@ -314,10 +314,12 @@ def test_progress_server_serves_report_and_metrics() -> None:
         server.stop()
 
 
-def _post(port: int, path: str, body: bytes = b"") -> tuple[int, CheckpointAnswer | None]:
+def _post(
+    port: int, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> tuple[int, CheckpointAnswer | None]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        connection.request("POST", path, body=body)
+        connection.request("POST", path, body=body, headers=headers or {})
         response = connection.getresponse()
         return response.status, CheckpointAnswer.parse(response.read())
     finally:
@@ -344,6 +346,49 @@ def test_progress_server_takes_checkpoint_requests() -> None:
         connection.close()
     finally:
         server.stop()
+
+
+def _get(port: int, path: str, headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", path, headers=headers or {})
+    response = connection.getresponse()
+    response.read()
+    connection.close()
+    return response
+
+
+def test_with_a_token_file_the_report_and_checkpoints_answer_its_bearer_alone(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")  # as a Secret's file may end
+    requests = CheckpointRequests()
+    server = ProgressServer(ProgressTracker(), 0, "127.0.0.1", requests, token_file=str(token_file)).start()
+    right, wrong = {"Authorization": "Bearer s3cret"}, {"Authorization": "Bearer s3cre7"}
+    try:
+        for headers in ({}, wrong, {"Authorization": "Basic s3cret"}, {"Authorization": "s3cret"}):
+            refused = _get(server.port, "/progress", headers)
+            assert refused.status == 401 and refused.headers["WWW-Authenticate"] == "Bearer"
+            # Refused before its body is read: no 400 for a body that is no JSON, nothing queued.
+            status, answer = _post(server.port, "/checkpoint?holdSeconds=3600", b"{", headers)
+            assert status == 401 and answer is not None and "Bearer" in (answer.reason or "")
+        assert _get(server.port, "/progress", right).status == 200
+        assert _post(server.port, "/checkpoint", b"", right)[0] == 503  # not training yet: asked
+        assert _get(server.port, "/healthz").status == 200 and _get(server.port, "/metrics").status == 200
+        token_file.write_text("n3w")  # read at each request
+        assert _get(server.port, "/progress", right).status == 401
+        assert _get(server.port, "/progress", {"Authorization": "bearer n3w"}).status == 200
+        token_file.unlink()  # no token to be had: nobody is answered
+        assert _get(server.port, "/progress", {"Authorization": "bearer n3w"}).status == 401
+        assert _get(server.port, "/progress", {}).status == 401
+    finally:
+        server.stop()
+
+
+def test_the_token_file_comes_from_the_rendered_chiefs_environment() -> None:
+    chief_job = next(c for c in render_children(ctr_job(Path("/ckpt"), ["--steps=10"])) if c["kind"] == "Job")
+    pod, template = job_pod(chief_job)
+    config = load_config([], resolve_env(template["spec"]["containers"][0], pod))
+    assert config.chief_token_file == "/var/run/secrets/psoperator.io/chief-token/token"
+    assert load_config([], env_for("chief")).chief_token_file is None  # an older operator: none
 
 
 class _Training:

@@ -62,7 +62,7 @@ def _asked(handler: Callable[[web.Request], Awaitable[web.Response]] | None, ask
             await runner.cleanup()
         try:
             async with polling.chief_session() as session:
-                return await polling.ask_checkpoint(session, port, ask, None)
+                return await polling.ask_checkpoint(session, port, ask, None, None)
         finally:
             await runner.cleanup()
 
@@ -97,7 +97,7 @@ def test_a_refusal_or_an_answer_that_is_no_checkpoint_answer_is_an_outcome_witho
 def test_nothing_listening_or_a_chief_that_refused_its_progress_port_is_no_wait() -> None:
     assert "could not be asked" in (_asked(None, _ask()).answer.reason or "")
     refusals = polling.refused(None, "chief-uid", 0.0)
-    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals))
+    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals, None))
     assert "does not serve its progress port" in (skipped.answer.reason or "")
 
 
@@ -147,9 +147,9 @@ def test_a_redirect_from_a_chief_is_not_followed_to_another_jobs_chief() -> None
                 ("POST", CHECKPOINT_PATH): _redirect(target, 307),
             }
             async with _serving(attacker) as port, polling.chief_session() as session:
-                report = await polling.fetch_progress(session, "127.0.0.1", port)
+                report = await polling.fetch_progress(session, "127.0.0.1", port, None)
                 ask = CheckpointAsk(StopCause.SUSPEND, ("c",), ("u",), "u", "127.0.0.1", 3.0, 3600.0)
-                return report, await polling.ask_checkpoint(session, port, ask, None)
+                return report, await polling.ask_checkpoint(session, port, ask, None, None)
 
     report, outcome = asyncio.run(scenario())
     assert report is None
@@ -162,7 +162,7 @@ def _polled(handler: Handler) -> Any:
 
     async def scenario() -> Any:
         async with _serving({("GET", PROGRESS_PATH): handler}) as port, polling.chief_session() as session:
-            return await polling.fetch_progress(session, "127.0.0.1", port)
+            return await polling.fetch_progress(session, "127.0.0.1", port, None)
 
     return asyncio.run(scenario())
 
@@ -201,3 +201,23 @@ def test_a_compressed_answer_is_not_inflated() -> None:
         )
 
     assert _polled(compressed) is None
+
+
+def test_every_request_to_the_chief_carries_the_jobs_token() -> None:
+    authorizations: list[str | None] = []
+
+    async def chief(request: web.Request) -> web.Response:
+        authorizations.append(request.headers.get("Authorization"))
+        return web.json_response({"state": "running", "step": 7, "checkpointStep": 7, "saved": True})
+
+    async def scenario() -> None:
+        routes: dict[tuple[str, str], Handler] = {
+            ("GET", PROGRESS_PATH): chief,
+            ("POST", CHECKPOINT_PATH): chief,
+        }
+        async with _serving(routes) as port, polling.chief_session() as session:
+            await polling.fetch_progress(session, "127.0.0.1", port, "t0ken")
+            await polling.ask_checkpoint(session, port, _ask(), None, "t0ken")
+
+    asyncio.run(scenario())
+    assert authorizations == ["Bearer t0ken", "Bearer t0ken"]

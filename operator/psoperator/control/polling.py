@@ -9,11 +9,12 @@ time (a "refusal" below) is asked again only after a wait that doubles with each
 FIRST_WAIT_SECONDS up to MAX_WAIT_SECONDS. A runtime that starts its endpoint late is seen late by
 at most about as long as it took to start it; any answer, even a garbled one, ends the back-off.
 
-A chief runs a tenant's code, so its answers are untrusted: a redirect is not followed (it would
-have the operator read, or post a hold to, any address the operator's namespace reaches: another
-job's chief), an answer longer than MAX_ANSWER_BYTES is garbled and read no further (one chief must
-not fill the operator's memory, which every job shares), and nothing is decompressed or kept
-between chiefs (chief_session).
+Every request carries the job's chief token (control/chief_key.py), without which a chief that has
+one answers 401: no report, no checkpoint. A chief runs a tenant's code, so its answers are
+untrusted: a redirect is not followed (it would have the operator read, or post a hold to, any
+address the operator's namespace reaches: another job's chief), an answer longer than
+MAX_ANSWER_BYTES is garbled and read no further (one chief must not fill the operator's memory,
+which every job shares), and nothing is decompressed or kept between chiefs (chief_session).
 """
 
 from __future__ import annotations
@@ -81,8 +82,12 @@ class NotServing(Exception):
     """Nothing serves the chief's progress port: no connection, or no answer in time."""
 
 
+def _authorization(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 async def fetch_progress(
-    session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
+    session: aiohttp.ClientSession, pod_ip: str, port: int, token: str | None, timeout: float = 2.0
 ) -> ProgressReport | None:
     """The chief's progress report; None when it cannot be had or makes no sense (a redirect, an
     answer too long). Raises NotServing when nothing takes the connection (refused, no route) or
@@ -91,7 +96,8 @@ async def fetch_progress(
     url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
     limit = aiohttp.ClientTimeout(total=timeout)
     try:
-        async with session.get(url, timeout=limit, allow_redirects=False) as response:
+        headers = _authorization(token)
+        async with session.get(url, timeout=limit, allow_redirects=False, headers=headers) as response:
             if response.status != 200:
                 return None
             return ProgressReport.parse(await bounded_body(response))
@@ -102,7 +108,11 @@ async def fetch_progress(
 
 
 async def chief_report(
-    session: aiohttp.ClientSession | None, port: int, chief: PodView | None, refusals: Refusals | None
+    session: aiohttp.ClientSession | None,
+    port: int,
+    chief: PodView | None,
+    refusals: Refusals | None,
+    token: str | None,
 ) -> tuple[ProgressReport | None, Refusals | None]:
     """The chief's report (its termination message once it ended, else from its progress port
     unless the port refused or did not answer lately), and the refusals in a row after this."""
@@ -116,7 +126,7 @@ async def chief_report(
     if not due(refusals, chief.uid, now):
         return None, refusals
     try:
-        return await fetch_progress(session, chief.ip, port), None
+        return await fetch_progress(session, chief.ip, port, token), None
     except NotServing:
         return None, refused(refusals, chief.uid, now)
 
@@ -126,7 +136,11 @@ ANSWER_MARGIN_SECONDS = 5.0
 
 
 async def ask_checkpoint(
-    session: aiohttp.ClientSession | None, port: int, ask: CheckpointAsk, refusals: Refusals | None
+    session: aiohttp.ClientSession | None,
+    port: int,
+    ask: CheckpointAsk,
+    refusals: Refusals | None,
+    token: str | None,
 ) -> CheckpointOutcome:
     """POST the checkpoint request to the chief and wait for its answer, up to the ask's deadline.
     A chief whose progress port refused lately (a plain TensorFlow image) is not asked."""
@@ -137,7 +151,9 @@ async def ask_checkpoint(
     body = {"deadlineSeconds": ask.deadline_seconds, "holdSeconds": ask.hold_seconds}
     timeout = aiohttp.ClientTimeout(total=ask.deadline_seconds + ANSWER_MARGIN_SECONDS)
     try:
-        async with session.post(url, json=body, timeout=timeout, allow_redirects=False) as response:
+        headers = _authorization(token)
+        posted = session.post(url, json=body, timeout=timeout, allow_redirects=False, headers=headers)
+        async with posted as response:
             status, text = response.status, await bounded_body(response)
     except TimeoutError:
         return _outcome(ask, None, f"the chief did not answer within {ask.deadline_seconds:g}s")

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 
 from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.control.chief_key import ChiefKey
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import Refusals
 from psoperator.control.settled import Settled
@@ -57,6 +58,8 @@ class Config:
     # fresh before acting is not paced.
     fresh_reads_per_second: float = 0.5
     progress_port: int = DEFAULT_PROGRESS_PORT
+    # The key the chiefs' tokens are derived from; None: no token is sent and no Secret made.
+    chief_key: ChiefKey | None = None
     kueue: bool = True  # queue the jobs labelled for it where Kueue is installed (control/kueue.py)
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
 

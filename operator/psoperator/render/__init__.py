@@ -19,6 +19,7 @@ from psoperator.api.models import Admission, PSTrainingJobSpec, Shape
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
 from psoperator.policies.resize import requested, with_shape
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
+from psoperator.render.names import CHIEF_TOKEN_KEY, chief_token_secret_name, job_labels
 from psoperator.render.networkpolicy import render_peer_policy, render_progress_policy
 from psoperator.render.pod import Manifest, render_pod_template
 from psoperator.render.services import render_service
@@ -26,7 +27,7 @@ from psoperator.render.statefulsets import render_statefulset
 from psoperator.render.tfconfig import cluster_spec, fits_environment, render_tf_config_map, tf_config
 from psoperator.render.workload import pod_set, render_workload, with_admission
 
-__all__ = ["Manifest", "RenderOptions", "changeable", "render_children", "spec_hash"]
+__all__ = ["Manifest", "RenderOptions", "changeable", "render_chief_token", "render_children", "spec_hash"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,26 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
             children.append(render_progress_policy(name, namespace, port, opts.operator_namespace))
     owner = _owner_reference(job)
     return [_finish(child, owner) for child in children]
+
+
+def render_chief_token(job: Manifest, token: str) -> Manifest:
+    """The Secret holding the job's chief token, which the chief's trainer mounts (pod.py): made
+    with each chief Job, never read back nor changed (the token of a job never changes)."""
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": chief_token_secret_name(name),
+            "namespace": namespace,
+            "labels": job_labels(name, "chief-token"),
+            "ownerReferences": [_owner_reference(job)],
+        },
+        "type": "Opaque",
+        # The kubelet need not watch it for changes.
+        "immutable": True,
+        "stringData": {CHIEF_TOKEN_KEY: token},
+    }
 
 
 _RESTART_POLICIES = {

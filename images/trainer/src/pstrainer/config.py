@@ -60,6 +60,8 @@ class TrainerConfig:
     progress_port: int
     # The longest hold a checkpoint request over HTTP gets (the job's checkpointBeforeStopSeconds).
     checkpoint_before_stop_seconds: float
+    # The file of the token a request to the progress port must carry; None: none needed.
+    chief_token_file: str | None
     # Unset outside Kubernetes: then no termination message is written.
     termination_message_path: str | None
     job_name: str
@@ -291,6 +293,7 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
             env, contract.ENV_CONNECT_TIMEOUT_SECONDS, _positive_float, DEFAULT_CONNECT_TIMEOUT_SECONDS
         ),
         progress_port=port,
+        chief_token_file=env.get(contract.ENV_CHIEF_TOKEN_FILE) or None,
         checkpoint_before_stop_seconds=_env_number(
             env,
             contract.ENV_CHECKPOINT_BEFORE_STOP_SECONDS,
