@@ -44,6 +44,14 @@ def _positive(text: str) -> float:
     return value
 
 
+def _labels(text: str) -> tuple[tuple[str, str], ...]:
+    """An argparse type: `name=value,...` as (name, value) pairs, sorted."""
+    pairs = [item.strip().partition("=") for item in text.split(",") if item.strip()]
+    if any(not name or not equals for name, equals, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is not name=value,...")
+    return tuple(sorted((name.strip(), value.strip()) for name, _, value in pairs))
+
+
 def kopf_options(argv: Sequence[str]) -> KopfOptions:
     """Parse the flags `psoperator run` does not know with `kopf run`'s own parser.
 
@@ -102,6 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     config = Config(
         cluster_domain=args.cluster_domain,
         operator_namespace=args.operator_namespace or None,
+        operator_pod_labels=args.operator_pod_labels,
         resync_seconds=args.resync_seconds,
         resyncs_per_second=args.resyncs_per_second,
         fresh_reads_per_second=args.fresh_reads_per_second,
@@ -219,6 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=(
             "the namespace the operator runs in (default: $POD_NAMESPACE, which the chart sets): "
             "the jobs' NetworkPolicies let only it read the chiefs' progress port"
+        ),
+    )
+    run.add_argument(
+        "--operator-pod-labels",
+        type=_labels,
+        default=os.environ.get("PSOPERATOR_POD_LABELS", ""),
+        help=(
+            "the labels of the operator's own pods, name=value,... (default: $PSOPERATOR_POD_LABELS, "
+            "which the chart sets): of --operator-namespace, only those pods may reach the chiefs' "
+            "progress port; empty: any pod of it may"
         ),
     )
     run.add_argument(

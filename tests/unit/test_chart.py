@@ -114,6 +114,9 @@ def test_deployment(helm: str) -> None:
     assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9090"} in container["env"]
     namespace = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
     assert namespace in container["env"]  # --operator-namespace: who may read the chiefs' progress
+    # --operator-pod-labels: of that namespace, the operator's replicas alone (its selector's labels).
+    told = {e["name"]: e.get("value") for e in container["env"]}["PSOPERATOR_POD_LABELS"]
+    assert dict(pair.split("=") for pair in told.split(",")) == deployment["spec"]["selector"]["matchLabels"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}

@@ -157,6 +157,15 @@ def test_the_real_command_accepts_the_charts_arguments(tmp_path: Path) -> None:
     assert "usage:" not in done.stderr and "kube-config" in done.stderr
 
 
+def test_the_operators_pod_labels_are_read_as_sorted_pairs(capsys: pytest.CaptureFixture[str]) -> None:
+    told = parse_args(["run", "--operator-pod-labels", "b=2, a=1"]).operator_pod_labels
+    assert told == (("a", "1"), ("b", "2"))
+    assert parse_args(["run", "--operator-pod-labels", ""]).operator_pod_labels == ()
+    with pytest.raises(SystemExit):
+        parse_args(["run", "--operator-pod-labels", "a=1,b"])
+    assert "'a=1,b' is not name=value" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("key", "message"),
     [

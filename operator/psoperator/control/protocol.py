@@ -222,6 +222,7 @@ async def decide(
         now,
         cluster_domain=state.config.cluster_domain,
         operator_namespace=state.config.operator_namespace,
+        operator_pod_labels=state.config.operator_pod_labels,
         checkpoint_outcome=job_state.checkpoint_outcome,
     )
     if plan.render is None:

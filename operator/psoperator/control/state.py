@@ -40,6 +40,8 @@ class Config:
 
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
+    # The labels of the operator's own pods there, (name, value) sorted: the only ones that may.
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
     resync_seconds: float = 10.0
     # The unwoken reconciles of all jobs together, at most, on average: when the jobs' resyncs would
     # come more often, every resync stretches by the same factor (1,000 running jobs at 20: every

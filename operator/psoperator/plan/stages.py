@@ -495,9 +495,12 @@ def plan_reconcile(
     *,
     cluster_domain: str = "cluster.local",
     operator_namespace: str | None = None,
+    operator_pod_labels: tuple[tuple[str, str], ...] = (),
     checkpoint_outcome: CheckpointOutcome | None = None,
 ) -> ReconcilePlan:
-    d = Draft.start(job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome)
+    d = Draft.start(
+        job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome, operator_pod_labels
+    )
     try:
         spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})
     except ValidationError as error:

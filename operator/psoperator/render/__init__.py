@@ -49,6 +49,9 @@ class RenderOptions:
     # The operator's own namespace, which alone may read the chief's progress port; None (run out of
     # cluster without --operator-namespace): no namespace may.
     operator_namespace: str | None = None
+    # The labels of the operator's own pods there, (name, value) sorted: only they may; none: any pod
+    # of the namespace may.
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
     # The parameter servers, workers and PS resources of the attempt that runs (status.shape), when
     # the spec asks for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
     shape: Shape | None = None
@@ -131,7 +134,11 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
         children.append(render_peer_policy(name, namespace, spec.port))
         if opts.operator_namespace:
             port = DEFAULT_PROGRESS_PORT  # the renderer gives every chief this PSOP_PROGRESS_PORT
-            children.append(render_progress_policy(name, namespace, port, opts.operator_namespace))
+            children.append(
+                render_progress_policy(
+                    name, namespace, port, opts.operator_namespace, opts.operator_pod_labels
+                )
+            )
     owner = _owner_reference(job)
     return [_finish(child, owner) for child in children]
 
