@@ -112,7 +112,10 @@ def test_step_and_checkpoint_come_from_the_chief(
     hits: list[str] = []
     created = psjobs.get(k8s, namespace, "ctr")
     assert created is not None
-    token = chief_key().token(created["metadata"]["uid"])  # the job's, which the operator sends
+    # The job's token, which the operator sends: the step below is read with it. (Other requests
+    # may be refused: every local cluster on this host gives its pods addresses of the same range,
+    # so another cluster's operator may poll this address for a chief of its own.)
+    token = chief_key().token(created["metadata"]["uid"])
     with serve_progress(address, json.loads(report.to_json()), hits, token=token) as served:
         status = wait_for(
             lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("step") == 1400 and s,
@@ -141,7 +144,6 @@ def test_step_and_checkpoint_come_from_the_chief(
     step_column = header.split().index("STEP")
     assert row.split()[step_column] == "1500"
     assert psjobs.status(k8s, namespace, "ctr")["step"] == 1500
-    assert not [hit for hit in hits if hit.startswith("401")]  # every poll carried the job's token
 
 
 def test_stalled_when_the_step_stops_advancing(
