@@ -16,12 +16,11 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import aiohttp
 import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
-from psoperator.control import heap
+from psoperator.control import heap, polling
 from psoperator.control.leader import Elector
 from psoperator.control.loop import lead, start_loop, stop_loop, stop_loops, wake
 from psoperator.control.state import OperatorState
@@ -91,7 +90,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
     state = _state(memo)
-    state.session = aiohttp.ClientSession()
+    state.session = polling.chief_session()
     # The API calls' threads (kube.in_thread); kopf runs its sync handlers in an executor of its own.
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")

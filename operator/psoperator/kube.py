@@ -48,6 +48,7 @@ _PATHS = {
     "Job": ("/apis/batch/v1", "jobs"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "Workload": (f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}", "workloads"),
+    "Secret": ("/api/v1", "secrets"),  # created only (ChildVerb.CREATE_ONLY), never read
 }
 
 
@@ -346,7 +347,8 @@ class Kube:
         the job's children's names that it does not own) come first in the result's. A change the
         API server fails does not hold up the others, but for a NetworkPolicy's create: after it,
         no change that makes pods is made (they would run unisolated). Then the first failure is
-        raised."""
+        raised. A Secret to create only comes before the chief Job whose pod mounts it: if it
+        fails, nothing after it is made (the Job would be created without it for good)."""
         result = ApplyResult(conflicts=list(conflicts))
         failed: Exception | None = None
         unisolated = False
@@ -356,6 +358,8 @@ class Kube:
             try:
                 made = self._change(namespace, change, result)
             except (ApiException, urllib3.exceptions.HTTPError) as error:
+                if change.verb is ChildVerb.CREATE_ONLY:
+                    raise failed or error from None
                 failed, made = failed or error, False
             unisolated = unisolated or (change.isolates and not made)
         if failed is not None:
@@ -367,6 +371,8 @@ class Kube:
         the name."""
         kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
         ref = f"{kind}/{name}"
+        if change.verb is ChildVerb.CREATE_ONLY:
+            return self._create_only(namespace, change.manifest, result)
         gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
         if gone is not None:
             self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
@@ -396,6 +402,21 @@ class Kube:
                 raise
             result.rejected[ref] = _reason(error)
             return False
+        return True
+
+    def _create_only(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:
+        """Create an object the operator may not read (a Secret): one of its name already there is
+        taken as the job's own, and what the API server answers (the secret) is not kept."""
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        try:
+            self._call("POST", self._path(kind, namespace), manifest)
+            result.created.append(f"{kind}/{name}")
+        except ApiException as error:
+            if error.status in REFUSALS:
+                result.rejected[f"{kind}/{name}"] = _reason(error)
+                return False
+            if not _already_exists(error):
+                raise
         return True
 
     def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:

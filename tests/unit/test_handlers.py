@@ -27,6 +27,7 @@ from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB, LABEL_QUEUE
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import PROGRESS_PATH
 from psoperator.control import loop, polling, protocol
+from psoperator.control.chief_key import ChiefKey
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import chief_report
 from psoperator.control.state import Config, JobState, OperatorState
@@ -587,13 +588,13 @@ def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() 
 
     async def run() -> None:
         async with aiohttp.ClientSession() as session:
-            report, refusals = await chief_report(session, port, chief, None)
+            report, refusals = await chief_report(session, port, chief, None, None)
             assert report is None and refusals is not None and refusals.count == 1
             with _answering(port, b"not a report") as hits:
-                assert await chief_report(session, port, chief, refusals) == (None, refusals)
+                assert await chief_report(session, port, chief, refusals, None) == (None, refusals)
                 assert hits == []  # its wait runs: not asked
                 over = replace(refusals, until=time.monotonic())
-                assert await chief_report(session, port, chief, over) == (None, None)
+                assert await chief_report(session, port, chief, over, None) == (None, None)
                 assert hits == [PROGRESS_PATH]
 
     asyncio.run(run())
@@ -669,6 +670,23 @@ def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is
     reads = acted_on[:3]
     assert ("GET", path) in reads
     assert [method for method, _ in reads] == ["GET"] * 3
+
+
+def test_a_new_chief_job_comes_after_its_token_secret() -> None:
+    key = ChiefKey(b"k" * 32)
+    new = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    path = f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr"
+    kube = RecordingKube()
+    kube.wire.by_path = {path: new, f"{path}/status": new | {"status": {"phase": "Pending"}}}
+    state = OperatorState(kube, Metrics(), Config(chief_key=key))
+    state.cache.job_seen("team-a", "ctr", new)
+    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    posted = [path for method, path in kube.calls if method == "POST"]
+    secret = posted.index("/api/v1/namespaces/team-a/secrets")
+    assert posted[secret + 1] == "/apis/batch/v1/namespaces/team-a/jobs"
+    assert kube.bodies[len(kube.calls) - len(posted) + secret][1]["stringData"] == {
+        "token": key.token("job-uid")
+    }
 
 
 def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() -> None:

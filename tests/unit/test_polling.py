@@ -1,15 +1,18 @@
-"""The back-off of progress polls after a chief's port refused, and the checkpoint ask (polling.py)."""
+"""The back-off of progress polls after a chief's port refused, the checkpoint ask, and what an
+untrusted chief's answers cannot make the operator do (polling.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import gzip
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
-from psoperator.contract import CHECKPOINT_PATH
+from psoperator.contract import CHECKPOINT_PATH, PROGRESS_PATH
 from psoperator.control import polling
 from psoperator.policies.planned_stop import CheckpointAsk, StopCause
 
@@ -58,8 +61,8 @@ def _asked(handler: Callable[[web.Request], Awaitable[web.Response]] | None, ask
         if handler is None:
             await runner.cleanup()
         try:
-            async with aiohttp.ClientSession() as session:
-                return await polling.ask_checkpoint(session, port, ask, None)
+            async with polling.chief_session() as session:
+                return await polling.ask_checkpoint(session, port, ask, None, None)
         finally:
             await runner.cleanup()
 
@@ -94,5 +97,127 @@ def test_a_refusal_or_an_answer_that_is_no_checkpoint_answer_is_an_outcome_witho
 def test_nothing_listening_or_a_chief_that_refused_its_progress_port_is_no_wait() -> None:
     assert "could not be asked" in (_asked(None, _ask()).answer.reason or "")
     refusals = polling.refused(None, "chief-uid", 0.0)
-    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals))
+    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals, None))
     assert "does not serve its progress port" in (skipped.answer.reason or "")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def _serving(routes: dict[tuple[str, str], Handler]) -> AsyncIterator[int]:
+    """An HTTP server on loopback with these (method, path) routes; its port."""
+    app = web.Application()
+    for (method, path), handler in routes.items():
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+def _redirect(target: str, status: int) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": target + request.path_qs})
+
+    return handler
+
+
+def test_a_redirect_from_a_chief_is_not_followed_to_another_jobs_chief() -> None:
+    victim_hits: list[str] = []
+
+    async def victim(request: web.Request) -> web.Response:
+        victim_hits.append(f"{request.method} {request.path_qs}")
+        return web.json_response({"state": "running", "step": 999, "checkpointPath": "/victim/ckpt-999"})
+
+    async def scenario() -> tuple[Any, Any]:
+        victims: dict[tuple[str, str], Handler] = {
+            ("GET", PROGRESS_PATH): victim,
+            ("POST", CHECKPOINT_PATH): victim,
+        }
+        async with _serving(victims) as victim_port:
+            target = f"http://127.0.0.1:{victim_port}"
+            # 307 has the client post the same body (holdSeconds) again, to the victim.
+            attacker = {
+                ("GET", PROGRESS_PATH): _redirect(target, 302),
+                ("POST", CHECKPOINT_PATH): _redirect(target, 307),
+            }
+            async with _serving(attacker) as port, polling.chief_session() as session:
+                report = await polling.fetch_progress(session, "127.0.0.1", port, None)
+                ask = CheckpointAsk(StopCause.SUSPEND, ("c",), ("u",), "u", "127.0.0.1", 3.0, 3600.0)
+                return report, await polling.ask_checkpoint(session, port, ask, None, None)
+
+    report, outcome = asyncio.run(scenario())
+    assert report is None
+    assert not outcome.saved and outcome.status == 307 and "redirect" in (outcome.answer.reason or "")
+    assert victim_hits == []
+
+
+def _polled(handler: Handler) -> Any:
+    """What fetch_progress makes of a chief whose GET /progress is `handler`."""
+
+    async def scenario() -> Any:
+        async with _serving({("GET", PROGRESS_PATH): handler}) as port, polling.chief_session() as session:
+            return await polling.fetch_progress(session, "127.0.0.1", port, None)
+
+    return asyncio.run(scenario())
+
+
+# A valid report, of more than a MiB: a hostile chief's answer to fill the operator's memory.
+HUGE_REPORT = json.dumps({"state": "running", "step": 7, "message": "x" * (1 << 20)}).encode()
+
+
+def test_an_answer_over_the_limit_is_garbled_whether_its_length_is_told_or_streamed() -> None:
+    async def told(request: web.Request) -> web.Response:
+        return web.Response(body=HUGE_REPORT, content_type="application/json")
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(HUGE_REPORT), 4096):
+            await response.write(HUGE_REPORT[start : start + 4096])
+        await response.write_eof()
+        return response
+
+    async def small(request: web.Request) -> web.Response:
+        return web.json_response({"state": "running", "step": 7})
+
+    assert _polled(told) is None and _polled(streamed) is None
+    assert _polled(small) is not None  # the same chief, answering within the limit
+    too_long = _asked(told, _ask())
+    assert not too_long.saved and f"over {polling.MAX_ANSWER_BYTES} bytes" in (too_long.answer.reason or "")
+
+
+def test_a_compressed_answer_is_not_inflated() -> None:
+    async def compressed(request: web.Request) -> web.Response:
+        body = gzip.compress(json.dumps({"state": "running", "step": 7}).encode())
+        return web.Response(
+            body=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        )
+
+    assert _polled(compressed) is None
+
+
+def test_every_request_to_the_chief_carries_the_jobs_token() -> None:
+    authorizations: list[str | None] = []
+
+    async def chief(request: web.Request) -> web.Response:
+        authorizations.append(request.headers.get("Authorization"))
+        return web.json_response({"state": "running", "step": 7, "checkpointStep": 7, "saved": True})
+
+    async def scenario() -> None:
+        routes: dict[tuple[str, str], Handler] = {
+            ("GET", PROGRESS_PATH): chief,
+            ("POST", CHECKPOINT_PATH): chief,
+        }
+        async with _serving(routes) as port, polling.chief_session() as session:
+            await polling.fetch_progress(session, "127.0.0.1", port, "t0ken")
+            await polling.ask_checkpoint(session, port, _ask(), None, "t0ken")
+
+    asyncio.run(scenario())
+    assert authorizations == ["Bearer t0ken", "Bearer t0ken"]

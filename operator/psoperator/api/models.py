@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
 from psoperator.api.vocabulary import Phase
-from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES
+from psoperator.contract import DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS, DEFAULT_PERMANENT_EXIT_CODES
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
@@ -173,7 +173,7 @@ class FailurePolicy(_Model):
         ),
     )
     checkpoint_before_stop_seconds: int = Field(
-        60,
+        DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS,
         alias="checkpointBeforeStopSeconds",
         ge=0,
         le=3600,

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from psoperator.contract import DEFAULT_PROGRESS_PORT
+from psoperator.control.chief_key import ChiefKey
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import Refusals
 from psoperator.control.settled import Settled
@@ -38,6 +39,8 @@ class Config:
 
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
+    # The labels of the operator's own pods there, (name, value) sorted: the only ones that may.
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
     resync_seconds: float = 10.0
     # The unwoken reconciles of all jobs together, at most, on average: when the jobs' resyncs would
     # come more often, every resync stretches by the same factor (1,000 running jobs at 20: every
@@ -56,6 +59,8 @@ class Config:
     # fresh before acting is not paced.
     fresh_reads_per_second: float = 0.5
     progress_port: int = DEFAULT_PROGRESS_PORT
+    # The key the chiefs' tokens are derived from; None: no token is sent and no Secret made.
+    chief_key: ChiefKey | None = None
     kueue: bool = True  # queue the jobs labelled for it where Kueue is installed (control/kueue.py)
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
 

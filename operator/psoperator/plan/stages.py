@@ -540,12 +540,15 @@ def plan_reconcile(
     *,
     cluster_domain: str = "cluster.local",
     operator_namespace: str | None = None,
+    operator_pod_labels: tuple[tuple[str, str], ...] = (),
     checkpoint_outcome: CheckpointOutcome | None = None,
     unmade: Mapping[str, str] | None = None,
 ) -> ReconcilePlan:
     """The decision of one reconcile; `unmade`: the children the last changes could not make
     ("Kind/name" -> why)."""
-    d = Draft.start(job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome)
+    d = Draft.start(
+        job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome, operator_pod_labels
+    )
     d.unmade = unmade or {}
     try:
         spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})
