@@ -10,8 +10,10 @@ would write for that failure, so the operator cannot tell it from the real thing
 - `restart_container`: patches the pod's status subresource as a kubelet does after a crash and
   restart in place: restartCount + 1, lastState.terminated, state.running again. The pod stays
   Running and Ready, which no stage reacts to.
-- `make_node_not_ready` / `make_node_ready`: label the node; the `psoperator-node-not-ready` stage
-  posts Ready=False, and the node stages leave a labelled node alone until the label goes.
+- `make_node_not_ready`, `make_node_unreachable` / `make_node_ready`: label the node; the
+  `psoperator-node-not-ready` stage posts Ready=False, `psoperator-node-unreachable` Ready=Unknown,
+  and the node stages leave a labelled node alone until the label goes.
+- `fence_node` / `unfence_node`: the out-of-service taint an admin sets on a node known to be down.
 - `evict_pod`: the real Eviction API (the API server adds DisruptionTarget, honours PDBs).
 - `preempt_pod`: what kube-scheduler does to a victim: DisruptionTarget/PreemptionByScheduler on the
   status, then a graceful delete.
@@ -39,6 +41,11 @@ ANNOTATION_REASON = "psoperator.io/chaos-reason"
 ANNOTATION_MESSAGE = "psoperator.io/chaos-message"
 ANNOTATION_DRAIN = "psoperator.io/chaos-drain"
 LABEL_NODE_NOT_READY = "psoperator.io/chaos-not-ready"
+TAINT_OUT_OF_SERVICE = {
+    "key": "node.kubernetes.io/out-of-service",
+    "value": "nodeshutdown",
+    "effect": "NoExecute",
+}
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -247,13 +254,57 @@ def make_node_not_ready(api: client.ApiClient, node: str, timeout: float = DEFAU
 
 
 def make_node_ready(api: client.ApiClient, node: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-    """Undoes `make_node_not_ready`: the node reports Ready=True again."""
+    """Undoes `make_node_not_ready` and `make_node_unreachable`: the node reports Ready=True again."""
     _label_node(api, node, None)
     wait_for(
         lambda: node_ready_status(api, node) == "True",
         timeout=timeout,
         message=lambda: f"node {node} Ready=True (now {node_ready_status(api, node)})",
     )
+
+
+def make_node_unreachable(api: client.ApiClient, node: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """The node stops reporting, as a crashed kubelet or a network partition leaves it: Ready=Unknown
+    (every condition Unknown, as the node lifecycle controller posts it) until `make_node_ready`. Its
+    pods still show Running. KWOK still plays them (a deletion there completes), which a real
+    unreachable node's would not."""
+    _label_node(api, node, "unreachable")
+    wait_for(
+        lambda: node_ready_status(api, node) == "Unknown",
+        timeout=timeout,
+        message=lambda: f"node {node} Ready=Unknown (now {node_ready_status(api, node)})",
+    )
+
+
+def _set_taint(api: client.ApiClient, node: str, taint: Json, present: bool) -> None:
+    """Adds or removes one taint, keeping the others (the node lifecycle controller's among them)."""
+
+    def write() -> bool:
+        found = get_node(api, node)
+        others = [t for t in found["spec"].get("taints") or [] if t["key"] != taint["key"]]
+        body = {
+            "metadata": {"resourceVersion": found["metadata"]["resourceVersion"]},
+            "spec": {"taints": others + ([taint] if present else [])},
+        }
+        try:
+            client.CoreV1Api(api).patch_node(node, body, _content_type=MERGE_PATCH)
+        except ApiException as error:
+            if error.status == 409:  # the lifecycle controller wrote it meanwhile: read it again
+                return False
+            raise
+        return True
+
+    wait_for(write, timeout=DEFAULT_TIMEOUT, message=f"taint {taint['key']} of node {node}")
+
+
+def fence_node(api: client.ApiClient, node: str) -> None:
+    """What an admin does once a lost node is known to be shut down (non-graceful node shutdown):
+    the out-of-service taint."""
+    _set_taint(api, node, TAINT_OUT_OF_SERVICE, present=True)
+
+
+def unfence_node(api: client.ApiClient, node: str) -> None:
+    _set_taint(api, node, TAINT_OUT_OF_SERVICE, present=False)
 
 
 def evict_pod(api: client.ApiClient, namespace: str, name: str, drain_seconds: float = 0) -> None:

@@ -4,6 +4,7 @@ stopped, killed and restarted by the tests, its output in a log file."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -11,10 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from e2e.paths import REPO
+from e2e.paths import CACHE, REPO
 from e2e.util import free_port, wait_for
+from psoperator.cli import CHIEF_KEY_FILE_ENV
+from psoperator.control.chief_key import ChiefKey
 
 OPERATOR_READY_TIMEOUT = 60.0
+# The key of every operator the tests run, as the chart's replicas share theirs: one that takes over
+# from another (a restart, a second replica) derives the same chiefs' tokens.
+CHIEF_KEY_FILE = CACHE / "e2e-chief-key"
+
+
+def chief_key() -> ChiefKey:
+    """The tests' operators' key (CHIEF_KEY_FILE, made at its first use)."""
+    if not CHIEF_KEY_FILE.exists():
+        CHIEF_KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
+        made = CHIEF_KEY_FILE.with_suffix(f".{os.getpid()}")
+        made.write_text(secrets.token_hex(32))
+        made.replace(CHIEF_KEY_FILE)
+    return ChiefKey.from_file(str(CHIEF_KEY_FILE))
 
 
 class OperatorProcess:
@@ -72,7 +88,15 @@ class OperatorProcess:
             raise RuntimeError("operator already running")
         self.liveness_url = f"http://127.0.0.1:{free_port()}{self.probe_path}"
         self.starts += 1
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.extra_env}
+        chief_key()  # its file made
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PYTHONUNBUFFERED": "1",
+            # In the environment, not a flag: an older version under test (test_upgrade) knows no key.
+            CHIEF_KEY_FILE_ENV: str(CHIEF_KEY_FILE),
+            **self.extra_env,
+        }
         with self.log_path.open("ab") as log:
             log.write(f"=== start {self.starts}: {' '.join(self.command())}\n".encode())
             log.flush()

@@ -65,7 +65,8 @@ def _name(replica: OperatorProcess) -> str:
 class Disruptor:
     """Every `every` seconds SIGKILLs the replica that holds the Lease and starts it again; restarts
     kube-apiserver at the times (seconds from the start) in `apiserver_at`, and any component that
-    exited after it."""
+    exited after it; starts again a replica that exited by itself (it lost the Lease), as its
+    kubelet would."""
 
     replicas: list[OperatorProcess]
     lease: str
@@ -75,6 +76,7 @@ class Disruptor:
     kills: list[Kill] = field(default_factory=list)
     apiserver_restarts: list[float] = field(default_factory=list)
     revived: list[str] = field(default_factory=list)
+    exited: list[str] = field(default_factory=list)  # replicas that lost the Lease, and exited
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -86,10 +88,17 @@ class Disruptor:
                     self.apiserver_at.pop(0)
                     self.apiserver_restarts.append(self.control_plane.restart_apiserver())
                 self.revived += self.control_plane.revive()
+                self.restart_exited()
                 self.kill_leader()
             except BaseException as error:  # pytest.fail in start() raises outside Exception
                 self.errors.append(f"{type(error).__name__}: {error}")
                 return
+
+    def restart_exited(self) -> None:
+        for replica in self.replicas:
+            if not replica.running:
+                self.exited.append(_name(replica))
+                replica.start()
 
     def kill_leader(self) -> None:
         holder, leader = wait_for(self._leader, timeout=LEADER_TIMEOUT, message="a live replica leads")
@@ -202,6 +211,7 @@ def _figures(
         ("longest handover (no leader)", f"{sampler.handovers.longest:.1f}s"),
         ("kube-apiserver restarts", len(disruptor.apiserver_restarts)),
         ("components revived (lost lease)", ", ".join(disruptor.revived) or "none"),
+        ("replicas that exited (lost the Lease)", ", ".join(disruptor.exited) or "none"),
         ("kube-apiserver back after", ", ".join(f"{s:.1f}s" for s in disruptor.apiserver_restarts)),
         ("time to finish (all jobs)", f"{elapsed:.0f}s"),
         ("slowest job", f"{max(o.seconds for o in outcomes):.0f}s"),

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.cluster
 Json = dict[str, Any]
 GPU = "nvidia.com/gpu"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 
 
 def pod_manifest(name: str, gpus: int = 0, tolerate_gpu: bool = False, restart_policy: str = "Never") -> Json:
@@ -317,6 +319,32 @@ def test_node_not_ready_and_back(
     finally:
         chaos.make_node_ready(k8s, node)
         wait_for(lambda: not tainted_not_ready(), timeout=30, message=f"{NOT_READY_TAINT} taint removed")
+    assert ready_status(get_node(k8s, node)) == "True"
+
+
+def test_node_unreachable_fenced_and_back(
+    k8s: client.ApiClient, namespace: str, running_pod: str, kwok_only: None
+) -> None:
+    """Ready=Unknown as the node lifecycle controller posts it (which then taints the node
+    unreachable), the out-of-service taint set beside that one and removed, and the node back."""
+    node = get_pod(k8s, namespace, running_pod)["spec"]["nodeName"]
+
+    def taints() -> set[str]:
+        return {t["key"] for t in get_node(k8s, node)["spec"].get("taints", [])}
+
+    try:
+        chaos.make_node_unreachable(k8s, node)
+        cond = condition(get_node(k8s, node).get("status"), "Ready")
+        assert cond is not None and (cond["status"], cond["reason"]) == ("Unknown", "NodeStatusUnknown")
+        wait_for(lambda: UNREACHABLE_TAINT in taints(), timeout=60, message=f"{UNREACHABLE_TAINT} on {node}")
+        chaos.fence_node(k8s, node)
+        assert {UNREACHABLE_TAINT, OUT_OF_SERVICE_TAINT} <= taints()
+        chaos.unfence_node(k8s, node)
+        assert OUT_OF_SERVICE_TAINT not in taints()
+    finally:
+        chaos.unfence_node(k8s, node)
+        chaos.make_node_ready(k8s, node)
+    wait_for(lambda: UNREACHABLE_TAINT not in taints(), timeout=30, message=f"{UNREACHABLE_TAINT} removed")
     assert ready_status(get_node(k8s, node)) == "True"
 
 

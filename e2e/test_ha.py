@@ -6,6 +6,8 @@ parameter server failure, the other takes over; the restart happens once, and is
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from kubernetes import client
 from e2e import chaos, leases, psjobs
 from e2e.operator_process import OperatorProcess
 from e2e.util import holds_for, wait_for
+from psoperator.control.leader import EXIT_LEASE_LOST
 
 pytestmark = pytest.mark.usefixtures("kwok_only")
 LEASE_SECONDS = 8
@@ -97,6 +100,30 @@ def test_a_stopped_leader_hands_over_at_once(
     print(f"clean stop -> the standby holds the Lease: {time.monotonic() - started:.2f}s")
     psjobs.create(k8s, namespace, psjobs.manifest("ctr"))
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
+
+
+def test_a_leader_paused_past_its_lease_exits_when_it_resumes(
+    k8s: client.ApiClient, namespace: str, replicas: tuple[list[OperatorProcess], str]
+) -> None:
+    """A leader frozen (SIGSTOP: as a long pause or a throttled container leaves it) while the standby
+    takes the Lease over finds, once it runs again, that it lost the Lease: it exits instead of
+    acting on, and its container would start it again as a standby."""
+    leader, standby = _leader_and_standby(k8s, *replicas)
+    lease = replicas[1]
+    assert leader.pid is not None
+    os.kill(leader.pid, signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: leases.holder_pid(k8s, lease) == standby.pid,
+            timeout=LEASE_SECONDS * 3,
+            message="the standby leads",
+        )
+    finally:
+        os.kill(leader.pid, signal.SIGCONT)
+    wait_for(lambda: not leader.running, timeout=LEASE_SECONDS, message="the paused leader exits")
+    assert leader.stop() == EXIT_LEASE_LOST
+    assert "leader election lost" in leader.log_text()
+    assert standby.running and leases.holder_pid(k8s, lease) == standby.pid
 
 
 def test_a_disruption_seen_by_the_leader_is_never_counted_by_the_replica_that_takes_over(

@@ -29,10 +29,17 @@ def _policies(k8s: client.ApiClient, namespace: str) -> dict[str, dict[str, Any]
     return {p["metadata"]["name"]: p for p in as_json(k8s, listed)["items"]}
 
 
+# The labels the chart gives the operator's pods (its selector's), and tells the operator.
+OPERATOR_PODS = {"app.kubernetes.io/name": "ps-training-operator", "app.kubernetes.io/instance": "psoperator"}
+
+
 def _restart_as_in_cluster(operator: OperatorProcess) -> None:
-    """Out of cluster the operator has no namespace of its own: give it the chart's, as in-cluster."""
+    """Out of cluster the operator has no namespace nor pods of its own: give it the chart's, as
+    in-cluster."""
     operator.stop()
+    labels = ",".join(f"{name}={value}" for name, value in OPERATOR_PODS.items())
     operator.extra_args += ["--operator-namespace", CHART_NAMESPACE, "--resync-seconds", "2"]
+    operator.extra_args += ["--operator-pod-labels", labels]
     operator.start()
 
 
@@ -58,8 +65,11 @@ def test_a_jobs_network_policies_live_and_die_with_it(
     assert peers["podSelector"] == {"matchLabels": {psjobs.LABEL_JOB: "ctr"}}
     assert peers["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 2345}]
     assert progress["podSelector"]["matchLabels"] == {psjobs.LABEL_JOB: "ctr", psjobs.LABEL_ROLE: "chief"}
-    namespace_selector = progress["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]
-    assert namespace_selector == {"kubernetes.io/metadata.name": CHART_NAMESPACE}
+    [operator_pods] = progress["ingress"][0]["from"]
+    assert operator_pods["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": CHART_NAMESPACE
+    }
+    assert operator_pods["podSelector"]["matchLabels"] == OPERATOR_PODS
     # Every pod of the job is one the peers policy selects.
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
     for role in ("chief", "ps", "worker"):

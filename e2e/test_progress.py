@@ -19,7 +19,7 @@ from kubernetes import client
 
 from e2e import chaos, psjobs
 from e2e.kubectl import _kubectl
-from e2e.operator_process import OperatorProcess
+from e2e.operator_process import OperatorProcess, chief_key
 from e2e.util import condition, holds_for, wait_for
 from psoperator.contract import CHECKPOINT_PATH, DEFAULT_PROGRESS_PORT, PROGRESS_PATH, ProgressReport
 
@@ -35,15 +35,28 @@ def serve_progress(
     port: int = DEFAULT_PROGRESS_PORT,
     advance: bool = False,
     checkpoint: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Serves `report` (mutable: change it to move training along) at the chief's progress URL;
     with `advance`, its step moves on by one at every request; with `checkpoint`, answers
-    POST /checkpoint with it.
+    POST /checkpoint with it; with `token`, answers 401 to a request without it, as the trainer does.
 
-    Every request's path is appended to `hits` (a POST's as "POST <path>").
+    Every request's path is appended to `hits` (a POST's as "POST <path>", a refused one's as
+    "401 <path>").
     """
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        def parse_request(self) -> bool:
+            if not super().parse_request():
+                return False
+            if token is None or self.headers.get("Authorization") == f"Bearer {token}":
+                return True
+            hits.append(f"401 {self.path}")
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+
         def do_POST(self) -> None:
             hits.append(f"POST {self.path}")
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -97,7 +110,13 @@ def test_step_and_checkpoint_come_from_the_chief(
         loss=0.42,
     )
     hits: list[str] = []
-    with serve_progress(address, json.loads(report.to_json()), hits) as served:
+    created = psjobs.get(k8s, namespace, "ctr")
+    assert created is not None
+    # The job's token, which the operator sends: the step below is read with it. (Other requests
+    # may be refused: every local cluster on this host gives its pods addresses of the same range,
+    # so another cluster's operator may poll this address for a chief of its own.)
+    token = chief_key().token(created["metadata"]["uid"])
+    with serve_progress(address, json.loads(report.to_json()), hits, token=token) as served:
         status = wait_for(
             lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("step") == 1400 and s,
             timeout=30,

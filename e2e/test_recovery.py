@@ -275,23 +275,41 @@ def test_operator_down_during_a_ps_failure_recovers_once_after_restart(
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 1, duration=3)
 
 
-def test_a_ps_on_a_lost_node_is_force_deleted_and_the_chief_restarts(
+def test_a_ps_on_an_unreachable_node_waits_for_a_fence_then_the_chief_restarts(
     k8s: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    """The node stops being Ready: after nodeLostTimeoutSeconds the operator force-deletes the pods
-    on it (the StatefulSet and a new chief attempt replace them) and records NodeLost, uncounted."""
+    """The PS's node stops reporting (Ready=Unknown): its pods may still run. After
+    nodeLostTimeoutSeconds the job says so in its NodeLost condition and waits, deleting nothing and
+    starting no chief. Once the node is tainted out of service, its pods are force-deleted, NodeLost
+    is recorded (uncounted) and a new chief attempt starts."""
     _start(k8s, namespace, failurePolicy={"nodeLostTimeoutSeconds": 5})
-    node = psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)["spec"]["nodeName"]
-    chaos.make_node_not_ready(k8s, node)
+    ps = psjobs.running_pod(k8s, namespace, "ctr", "ps", 1)
+    node = ps["spec"]["nodeName"]
+
+    def lost() -> Obj | None:
+        return condition(psjobs.status(k8s, namespace, "ctr"), "NodeLost")
+
+    def ps_kept() -> bool:
+        kept = [p["metadata"]["uid"] for p in psjobs.live_pods(k8s, namespace, "ctr", "ps")]
+        return ps["metadata"]["uid"] in kept and psjobs.status(k8s, namespace, "ctr").get("restarts", 0) == 0
+
+    chaos.make_node_unreachable(k8s, node)
     try:
+        told = wait_for(lambda: (c := lost()) and c["status"] == "True" and c, timeout=60, message="NodeLost")
+        assert told["reason"] == "AwaitingFence" and f"node {node} " in told["message"], told
+        assert ps["metadata"]["name"] in told["message"], told
+        holds_for(ps_kept, duration=5, message="ps-1 kept, no restart, while its node is not fenced")
+        chaos.fence_node(k8s, node)
         status = wait_for(
             lambda: (s := psjobs.status(k8s, namespace, "ctr")).get("restarts", 0) >= 1 and s,
-            timeout=90,
+            timeout=60,
             message=lambda: f"a NodeLost restart; status {psjobs.status(k8s, namespace, 'ctr')}",
         )
-        assert status["lastFailure"]["reason"] == "NodeLost"
+        assert status["lastFailure"]["reason"] == "NodeLost", status["lastFailure"]
         assert status["countedRestarts"] == 0
+        wait_for(lambda: (c := lost()) and c["status"] == "False", timeout=30, message="NodeLost False")
     finally:
+        chaos.unfence_node(k8s, node)
         chaos.make_node_ready(k8s, node)
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
 

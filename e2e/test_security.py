@@ -3,6 +3,7 @@ operator's log holds neither environment values nor pod specs."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e import chaos, psjobs
 from e2e.accounts import chart_account_kubeconfig
 from e2e.kubectl import _kubectl, kubectl
-from e2e.operator_process import OperatorProcess
+from e2e.operator_process import OperatorProcess, chief_key
 from e2e.util import as_json, wait_for
 from psoperator.kube import Kube
 from psoperator.render import render_children
@@ -59,7 +60,9 @@ def test_the_namespace_scoped_chart_runs_a_job_and_reaches_no_other_namespace(
     assert _can(account, "delete", "pods", namespace)
     assert not _can(account, "list", "pods", "default")
     assert not _can(account, "list", "pstrainingjobs.psoperator.io", "default")
-    assert not _can(account, "list", "secrets", namespace)
+    for verb in ("get", "list", "watch"):  # the chiefs' tokens are created, never read
+        assert not _can(account, verb, "secrets", namespace)
+    assert _can(account, "create", "secrets", namespace)
 
 
 def test_the_operator_logs_no_environment_value_and_no_pod_spec(
@@ -88,6 +91,14 @@ def test_the_operator_logs_no_environment_value_and_no_pod_spec(
     assert "Handler 'job-changed' succeeded" in log  # the log is there
     assert canary not in log
     assert "terminationMessagePath" not in log and "TF_CONFIG" not in log
+    # The chief's token: in its Secret, made with the chief's Job, and in no line of the log.
+    job = psjobs.get(k8s, namespace, "ctr")
+    assert job is not None
+    token = chief_key().token(job["metadata"]["uid"])
+    secret = as_json(k8s, client.CoreV1Api(k8s).read_namespaced_secret("ctr-chief-token", namespace))
+    assert base64.b64decode(secret["data"]["token"]).decode() == token
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"] and secret["immutable"]
+    assert token not in log and "Secret/ctr-chief-token" in log
 
 
 def _peer_policy(job: Obj) -> Obj:

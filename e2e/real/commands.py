@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -64,9 +65,13 @@ def helm(kubeconfig: Path, *args: str, timeout: float = 300) -> str:
 
 # Run in a node's network namespace by the tests' own Python: GET argv[1], print the body; a status
 # other than 200 or no answer within argv[2] seconds fails.
+# GET argv[1] within argv[2] seconds, with the bearer token in $BEARER if set.
 _FETCH = (
-    "import sys, urllib.request; "
-    "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])).read().decode())"
+    "import os, sys, urllib.request; "
+    "token = os.environ.get('BEARER'); "
+    "headers = {'Authorization': 'Bearer ' + token} if token else {}; "
+    "request = urllib.request.Request(sys.argv[1], headers=headers); "
+    "sys.stdout.write(urllib.request.urlopen(request, timeout=float(sys.argv[2])).read().decode())"
 )
 
 
@@ -80,13 +85,15 @@ def in_node_network(node: str) -> list[str]:
     return ["nsenter", f"--net=/proc/{_node_pid(node)}/ns/net"]
 
 
-def get_from_node(node: str, url: str, timeout: float = 3) -> str:
+def get_from_node(node: str, url: str, timeout: float = 3, token: str | None = None) -> str:
     """An HTTP GET from inside a node's network namespace, as the kubelet's probes are made: the
-    pod network is reachable there, and NetworkPolicies admit a pod's own node. Raises
-    ConnectionError (an OSError) when it gets no answer."""
+    pod network is reachable there, and NetworkPolicies admit a pod's own node. With `token`, as a
+    bearer (a chief's progress port wants its job's). Raises ConnectionError (an OSError) when it
+    gets no answer, or one that is no success."""
+    env = {**os.environ, "BEARER": token or ""}
     result = subprocess.run(
         [*in_node_network(node), sys.executable, "-c", _FETCH, url, str(timeout)],
-        capture_output=True, text=True, timeout=timeout + 30, check=False, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout + 30, check=False, stdin=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     if result.returncode != 0:
         raise ConnectionError(f"GET {url} from {node}: {result.stderr.strip().splitlines()[-1:]}")

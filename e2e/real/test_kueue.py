@@ -180,7 +180,7 @@ def test_a_higher_priority_job_preempts_one_that_checkpoints_first_and_resumes_f
     kueue_objects.create(workload_priority_class("psop-e2e-high", 1000))
     apply(kubeconfig, namespace, queued_job(namespace, "low", STEPS * 2, priority="psop-e2e-low"))
     chief, _ = running_chief(k8s, namespace, "low", min_step=CHECKPOINT_STEPS + 20)
-    last = LastStep(chief)
+    last = LastStep(k8s, chief)
     arrived = time.monotonic()
     apply(kubeconfig, namespace, queued_job(namespace, "high", STEPS // 4, priority="psop-e2e-high"))
     wait_for(

@@ -42,7 +42,7 @@ def training(kubeconfig: Path, k8s: client.ApiClient, namespace: str) -> tuple[s
     """The example job, its chief past its first checkpoint, and the watch of that chief's steps."""
     name = apply_example(kubeconfig, namespace, steps=LONGER_STEPS)
     chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
-    return name, chief, LastStep(chief)
+    return name, chief, LastStep(k8s, chief)
 
 
 def test_a_suspend_checkpoints_first_and_the_resumed_job_loses_no_step(

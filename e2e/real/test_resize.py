@@ -53,7 +53,7 @@ def chief_of(
             ):
                 continue
             try:
-                report = progress(pod)
+                report = progress(api, pod)
             except OSError:  # not serving yet
                 continue
             if report.get("step", 0) >= min_step and report.get("loss") is not None:
@@ -75,7 +75,7 @@ def test_a_training_job_is_resized_up_and_down_losing_no_step(
     chief, report = chief_of(k8s, namespace, name, 0, CHECKPOINT_STEPS + 20)
     shape = (2, 2)
     for attempt, (ps, workers) in enumerate(RESIZES, start=1):
-        last, before = LastStep(chief), report
+        last, before = LastStep(k8s, chief), report
         spec = psjobs.get(k8s, namespace, name)["spec"]  # type: ignore[index]
         asked = time.monotonic()
         psjobs.patch_spec(

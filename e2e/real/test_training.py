@@ -13,6 +13,7 @@ Each prints its figures (see the table at the end of the run).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -59,22 +60,33 @@ def apply_example(
     return str(next(d["metadata"]["name"] for d in docs if d["kind"] == "PSTrainingJob"))
 
 
-def progress(pod: Obj) -> Obj:
-    """The chief's own report, read from its pod IP (what the operator polls), from its node."""
-    return dict(json.loads(get_from_node(pod["spec"]["nodeName"], progress_url(pod))))
+def progress(api: client.ApiClient, pod: Obj) -> Obj:
+    """The chief's own report, read from its pod IP (what the operator polls), from its node, with
+    its job's token."""
+    return dict(
+        json.loads(get_from_node(pod["spec"]["nodeName"], progress_url(pod), token=chief_token(api, pod)))
+    )
 
 
 def progress_url(pod: Obj) -> str:
     return f"http://{pod['status']['podIP']}:{DEFAULT_PROGRESS_PORT}{PROGRESS_PATH}"
 
 
+def chief_token(api: client.ApiClient, pod: Obj) -> str:
+    """The token a chief pod's progress port wants: in the Secret the operator made for its job."""
+    job, namespace = pod["metadata"]["labels"][psjobs.LABEL_JOB], pod["metadata"]["namespace"]
+    secret = as_json(api, client.CoreV1Api(api).read_namespaced_secret(f"{job}-chief-token", namespace))
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
 # Run in the chief's node's network namespace: prints each step the chief reports, every 50 ms,
-# until stopped (a read that fails prints nothing).
+# until stopped (a read that fails prints nothing). The job's token comes in $BEARER.
 _POLL_STEPS = """
-import json, sys, time, urllib.request
+import json, os, sys, time, urllib.request
+request = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["BEARER"]})
 while True:
     try:
-        print(json.load(urllib.request.urlopen(sys.argv[1], timeout=1)).get("step", 0), flush=True)
+        print(json.load(urllib.request.urlopen(request, timeout=1)).get("step", 0), flush=True)
     except Exception:
         pass
     time.sleep(0.05)
@@ -85,11 +97,12 @@ class LastStep:
     """The highest step a chief pod reports, polled from its node every 50 ms until stopped: the step
     it reached, when it is stopped after the chief stopped answering."""
 
-    def __init__(self, pod: Obj) -> None:
+    def __init__(self, api: client.ApiClient, pod: Obj) -> None:
         self.step = 0
         self._poller = subprocess.Popen(
             [*in_node_network(pod["spec"]["nodeName"]), sys.executable, "-c", _POLL_STEPS, progress_url(pod)],
             stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+            env={**os.environ, "BEARER": chief_token(api, pod)},
         )  # fmt: skip
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
@@ -118,7 +131,7 @@ def running_chief(api: client.ApiClient, namespace: str, name: str, min_step: in
     def ready() -> tuple[Obj, Obj] | None:
         for pod in psjobs.live_pods(api, namespace, name, "chief"):
             if pod["status"].get("podIP"):
-                report = progress(pod)
+                report = progress(api, pod)
                 if report.get("step", 0) >= min_step:
                     return pod, report
         return None
@@ -222,7 +235,7 @@ def test_a_killed_parameter_server_restarts_the_chief_from_the_latest_checkpoint
     old_chief, report = running_chief(k8s, job_namespace, name, min_step=CHECKPOINT_STEPS + 20)
     assert report.get("checkpointStep", 0) >= CHECKPOINT_STEPS, report
     ps0 = next(p for p in psjobs.pods(k8s, job_namespace, name, "ps") if p["metadata"]["name"].endswith("-0"))
-    last = LastStep(old_chief)
+    last = LastStep(k8s, old_chief)
     wait_for(
         lambda: last.step >= report["step"], timeout=30, message="the chief's steps polled from its node"
     )
@@ -366,7 +379,7 @@ def chief_checkpoint(
             if pod["metadata"]["labels"].get("psoperator.io/attempt") != str(attempt):
                 continue
             try:
-                report = progress(pod) if pod["status"].get("podIP") else {}
+                report = progress(api, pod) if pod["status"].get("podIP") else {}
             except OSError:  # not serving yet
                 continue
             if report.get("checkpointStep", -1) > after:

@@ -18,6 +18,12 @@ from psoperator import API_TIMEOUT_SECONDS
 from psoperator.contract import DEFAULT_PROGRESS_PORT
 from psoperator.sizing import cli as sizing_cli
 
+CHIEF_KEY_FILE_ENV = "PSOPERATOR_CHIEF_KEY_FILE"
+_CHIEF_KEY_HELP = (
+    "a file of at least 32 secret bytes (e.g. `head -c 32 /dev/urandom`), the same for every replica; "
+    "each job's chief answers its progress port only to a token derived from it"
+)
+
 
 @dataclass(frozen=True)
 class KopfOptions:
@@ -36,6 +42,14 @@ def _positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not above zero")
     return value
+
+
+def _labels(text: str) -> tuple[tuple[str, str], ...]:
+    """An argparse type: `name=value,...` as (name, value) pairs, sorted."""
+    pairs = [item.strip().partition("=") for item in text.split(",") if item.strip()]
+    if any(not name or not equals for name, equals, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is not name=value,...")
+    return tuple(sorted((name.strip(), value.strip()) for name, _, value in pairs))
 
 
 def kopf_options(argv: Sequence[str]) -> KopfOptions:
@@ -69,6 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     from psoperator import handlers  # noqa: F401  (registers the handlers)
+    from psoperator.control.chief_key import ChiefKey
     from psoperator.control.leader import Election
     from psoperator.control.state import Config, OperatorState
     from psoperator.faults import faults_from_environment
@@ -78,6 +93,9 @@ def _run(args: argparse.Namespace) -> int:
     options = kopf_options(args.kopf_args)  # a bad flag stops here, before any cluster is touched
     try:
         faults = faults_from_environment()
+        if not args.chief_key_file:
+            raise ValueError(f"--chief-key-file (or ${CHIEF_KEY_FILE_ENV}) is required: {_CHIEF_KEY_HELP}")
+        chief_key = ChiefKey.from_file(args.chief_key_file)
     except ValueError as error:
         return _usage_error("run", str(error))
     load_config()
@@ -92,10 +110,12 @@ def _run(args: argparse.Namespace) -> int:
     config = Config(
         cluster_domain=args.cluster_domain,
         operator_namespace=args.operator_namespace or None,
+        operator_pod_labels=args.operator_pod_labels,
         resync_seconds=args.resync_seconds,
         resyncs_per_second=args.resyncs_per_second,
         fresh_reads_per_second=args.fresh_reads_per_second,
         progress_port=args.progress_port,
+        chief_key=chief_key,
         kueue=args.kueue,
         faults=faults,
     )
@@ -215,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument(
+        "--operator-pod-labels",
+        type=_labels,
+        default=os.environ.get("PSOPERATOR_POD_LABELS", ""),
+        help=(
+            "the labels of the operator's own pods, name=value,... (default: $PSOPERATOR_POD_LABELS, "
+            "which the chart sets): of --operator-namespace, only those pods may reach the chiefs' "
+            "progress port; empty: any pod of it may"
+        ),
+    )
+    run.add_argument(
         "--leader-election",
         metavar="LEASE",
         default="",
@@ -264,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_PROGRESS_PORT,
         help="port of the chief's progress endpoint (the trainer's PSOP_PROGRESS_PORT)",
+    )
+    run.add_argument(
+        "--chief-key-file",
+        default=os.environ.get(CHIEF_KEY_FILE_ENV, ""),
+        help=f"required (default: ${CHIEF_KEY_FILE_ENV}, which the chart sets): {_CHIEF_KEY_HELP}",
     )
     run.add_argument(
         "--no-kueue",

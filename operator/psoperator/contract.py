@@ -44,6 +44,13 @@ ENV_CHECKPOINT_INTERVAL_STEPS = "PSOP_CHECKPOINT_INTERVAL_STEPS"
 ENV_CHECKPOINT_INTERVAL_SECONDS = "PSOP_CHECKPOINT_INTERVAL_SECONDS"
 ENV_CONNECT_TIMEOUT_SECONDS = "PSOP_CONNECT_TIMEOUT_SECONDS"
 ENV_PROGRESS_PORT = "PSOP_PROGRESS_PORT"
+# The chief's only: the longest hold a checkpoint request may ask for (checkpointBeforeStopSeconds).
+ENV_CHECKPOINT_BEFORE_STOP_SECONDS = "PSOP_CHECKPOINT_BEFORE_STOP_SECONDS"
+# The chief's only: the file holding the token the operator sends (a Secret of the job's, mounted).
+# Set, the chief answers PROGRESS_PATH and CHECKPOINT_PATH only to `Authorization: Bearer <token>`
+# (the file is read at each request; missing or empty, nobody is answered); unset (an older
+# operator), it answers anyone, as before. /healthz and METRICS_PATH need no token.
+ENV_CHIEF_TOKEN_FILE = "PSOP_CHIEF_TOKEN_FILE"
 ENV_TERMINATION_MESSAGE_PATH = "PSOP_TERMINATION_MESSAGE_PATH"
 # Every name above: the operator's alone. The CRD refuses a template that sets one, and the operator
 # sets its own value over any that a template stored before that rule holds.
@@ -60,6 +67,8 @@ INJECTED_ENV: tuple[str, ...] = (
     ENV_CHECKPOINT_INTERVAL_SECONDS,
     ENV_CONNECT_TIMEOUT_SECONDS,
     ENV_PROGRESS_PORT,
+    ENV_CHECKPOINT_BEFORE_STOP_SECONDS,
+    ENV_CHIEF_TOKEN_FILE,
     ENV_TERMINATION_MESSAGE_PATH,
 )
 
@@ -84,6 +93,8 @@ TERMINATION_MESSAGE_LIMIT = 4096
 # Idempotent: a request at the step of the latest checkpoint answers that checkpoint, saved=false.
 CHECKPOINT_PATH = "/checkpoint"
 DEFAULT_CHECKPOINT_DEADLINE_SECONDS = 60.0
+# spec.failurePolicy.checkpointBeforeStopSeconds unless the job says otherwise.
+DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS = 60
 # The longest deadline or hold a request may ask for.
 MAX_CHECKPOINT_REQUEST_SECONDS = 3600.0
 
@@ -95,6 +106,8 @@ class CheckpointStatus(enum.IntEnum):
     SAVED = 200
     # A parameter that is no number or out of range: reason says which.
     BAD_REQUEST = 400
+    # No `Authorization: Bearer <token>` with the token of ENV_CHIEF_TOKEN_FILE.
+    UNAUTHORIZED = 401
     METHOD_NOT_ALLOWED = 405
     # The chief cannot save: not training yet, training ended, a parameter server does not answer,
     # the coordinator failed. The reason says which; the runtime stops as it would without asking.

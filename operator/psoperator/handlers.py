@@ -2,9 +2,9 @@
 
 At start-up, kopf is configured (no finalizer, the children's watches filtered to the job label,
 lists a page at a time) and the operator waits for its CRD to be served; with leader election, the
-elector starts and stops the jobs' loops. The watch handlers keep the watch cache
-(observe/cache.py) and start, wake or stop a job's loop (control/loop.py), which reconciles it
-(control/protocol.py).
+elector starts the jobs' loops when this replica takes the Lease (the process exits when it loses
+it). The watch handlers keep the watch cache (observe/cache.py) and start, wake or stop a job's
+loop (control/loop.py), which reconciles it (control/protocol.py).
 """
 
 from __future__ import annotations
@@ -16,16 +16,15 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import aiohttp
 import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
-from psoperator.control import heap
+from psoperator.control import heap, polling
 from psoperator.control.leader import Elector
-from psoperator.control.loop import follow, lead, start_loop, stop_loop, stop_loops, wake
+from psoperator.control.loop import lead, start_loop, stop_loop, stop_loops, wake
 from psoperator.control.state import OperatorState
-from psoperator.kube import API_CONCURRENCY, LIST_PAGE, in_thread
+from psoperator.kube import API_CONCURRENCY, LIST_PAGE, in_thread, lease_client
 from psoperator.observe.views import NodeView, parse_node, parse_pod
 
 # The children's watches (kopf resource selectors), each filtered by the API server to the objects
@@ -91,17 +90,18 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
     state = _state(memo)
-    state.session = aiohttp.ClientSession()
+    state.session = polling.chief_session()
     # The API calls' threads (kube.in_thread); kopf runs its sync handlers in an executor of its own.
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
     )
     state.metrics.leader.set(1 if state.election is None else 0)
     if state.election is not None:
-        state.elector = Elector(
-            state.kube, state.election, lead=lambda: lead(state), follow=lambda: follow(state)
-        )
-        state.election_task = asyncio.create_task(state.elector.run(), name="leader-election")
+        loop = asyncio.get_running_loop()
+        lease = lease_client(state.election.request_timeout, on_response=state.metrics.api_request)
+        state.elector = Elector(lease, state.election, lead=lambda: loop.call_soon_threadsafe(lead, state))
+        state.kube.may_write = state.elector.holds  # no write once this replica may have lost the Lease
+        state.elector.start()
     state.heap_task = asyncio.create_task(heap.trim_every(), name="heap-trim")
 
 
@@ -126,14 +126,13 @@ async def wait_for_the_crd(memo: Any, logger: Any, **_: Any) -> None:
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     state = _state(memo)
-    for task in (state.election_task, state.heap_task):
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    if state.heap_task is not None:
+        state.heap_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await state.heap_task
     await stop_loops(state)
     if state.elector is not None:
-        await state.elector.release()
+        await state.elector.stop()  # writes nothing more, then frees the Lease
     session = state.session
     if session is not None:
         await session.close()

@@ -48,6 +48,7 @@ _PATHS = {
     "Job": ("/apis/batch/v1", "jobs"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "Workload": (f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}", "workloads"),
+    "Secret": ("/api/v1", "secrets"),  # created only (ChildVerb.CREATE_ONLY), never read
 }
 
 
@@ -60,6 +61,16 @@ def load_config() -> None:
     configuration.connection_pool_maxsize = API_CONCURRENCY
     configuration.retries = api_retry()
     client.Configuration.set_default(configuration)
+
+
+def lease_client(timeout: float, on_response: Callable[[str, str, str, float], None] | None = None) -> Kube:
+    """A client for leader election alone (control/leader.py): a connection of its own, so that no
+    reconcile's request holds a renew up; no retry within a request (the election tries again at its
+    next period); each request bounded by `timeout`."""
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = 1
+    configuration.retries = False
+    return Kube(client.ApiClient(configuration), on_response=on_response, timeout=timeout)
 
 
 # Error statuses of an API server that is overloaded or restarting: a read that got one is sent again.
@@ -112,6 +123,11 @@ class StaleJob(Exception):
     """The job changed since it was read: the status computed from it was not written."""
 
 
+class NotLeading(Exception):
+    """A write not sent: this replica no longer holds the leader Lease (control/leader.py), and
+    another one may be acting on the same objects."""
+
+
 @dataclass
 class ApplyResult:
     created: list[str] = field(default_factory=list)
@@ -127,7 +143,9 @@ class ApplyResult:
 
 def api_failure(error: BaseException) -> str | None:
     """One line for a request the API server failed (an error status, no answer in time, no
-    connection); None for any other error."""
+    connection) or that was not sent (NotLeading); None for any other error."""
+    if isinstance(error, NotLeading):
+        return str(error)
     if isinstance(error, ApiException):
         return f"the API server answered {error.status} {error.reason}"
     if isinstance(error, urllib3.exceptions.HTTPError):
@@ -157,12 +175,17 @@ class Kube:
         api_client: client.ApiClient | None = None,
         on_response: Callable[[str, str, str, float], None] | None = None,
         timeout: float = API_TIMEOUT_SECONDS,
+        may_write: Callable[[], bool] | None = None,
     ) -> None:
         self.api = api_client or client.ApiClient()
         # Told of every request: its HTTP method, resource (resource_of), status code ("none": no
         # response) and seconds until its answer was read.
         self.on_response = on_response or (lambda _method, _resource, _code, _seconds: None)
         self.timeout = timeout
+        # Asked right before each write is sent (with leader election: whether this replica still
+        # holds the Lease, control/leader.py). A write it refuses is not sent (NotLeading), so a
+        # reconcile's thread that outlived the Lease sends nothing more of its plan.
+        self.may_write = may_write or (lambda: True)
 
     def _call(
         self,
@@ -173,6 +196,8 @@ class Kube:
         content_type: str = "application/json",
         query: list[tuple[str, str]] | None = None,
     ) -> Obj:
+        if method != "GET" and not self.may_write():
+            raise NotLeading(f"{method} {path} not sent: this replica no longer holds the leader Lease")
         request = self.api.param_serialize(
             method,
             path,
@@ -327,7 +352,8 @@ class Kube:
         the job's children's names that it does not own) come first in the result's. A change the
         API server fails does not hold up the others, but for a NetworkPolicy's create: after it,
         no change that makes pods is made (they would run unisolated). Then the first failure is
-        raised."""
+        raised. A Secret to create only comes before the chief Job whose pod mounts it: if it
+        fails, nothing after it is made (the Job would be created without it for good)."""
         result = ApplyResult(conflicts=list(conflicts))
         failed: Exception | None = None
         unisolated = False
@@ -337,6 +363,8 @@ class Kube:
             try:
                 made = self._change(namespace, change, result)
             except (ApiException, urllib3.exceptions.HTTPError) as error:
+                if change.verb is ChildVerb.CREATE_ONLY:
+                    raise failed or error from None
                 failed, made = failed or error, False
             unisolated = unisolated or (change.isolates and not made)
         if failed is not None:
@@ -348,6 +376,8 @@ class Kube:
         the name."""
         kind, name = change.manifest["kind"], change.manifest["metadata"]["name"]
         ref = f"{kind}/{name}"
+        if change.verb is ChildVerb.CREATE_ONLY:
+            return self._create_only(namespace, change.manifest, result)
         gone = change.replaced if change.verb is not ChildVerb.DELETE else change.manifest
         if gone is not None:
             self._delete_at(self._path(kind, namespace, name), gone["metadata"]["uid"])
@@ -377,6 +407,21 @@ class Kube:
                 raise
             result.rejected[ref] = _reason(error)
             return False
+        return True
+
+    def _create_only(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:
+        """Create an object the operator may not read (a Secret): one of its name already there is
+        taken as the job's own, and what the API server answers (the secret) is not kept."""
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        try:
+            self._call("POST", self._path(kind, namespace), manifest)
+            result.created.append(f"{kind}/{name}")
+        except ApiException as error:
+            if error.status in REFUSALS:
+                result.rejected[f"{kind}/{name}"] = _reason(error)
+                return False
+            if not _already_exists(error):
+                raise
         return True
 
     def _exists(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:

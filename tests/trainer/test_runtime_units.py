@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import importlib.util
 import json
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from tfcluster.jobs import ctr_job
-from tfcluster.kubelet import resolve_env, statefulset_pod
+from tfcluster.kubelet import job_pod, resolve_env, statefulset_pod
 
 from psoperator.contract import (
     DEFAULT_CHECKPOINT_DEADLINE_SECONDS,
@@ -30,6 +31,7 @@ from psoperator.contract import (
     Role,
 )
 from psoperator.render import render_children
+from pstrainer import progress
 from pstrainer.cadence import Cadence
 from pstrainer.config import (
     _FLAGS,
@@ -74,6 +76,21 @@ def test_config_from_the_rendered_pod_env() -> None:
     assert config.connect_timeout_seconds == 120 and config.progress_port == 8470
     assert config.termination_message_path == "/dev/termination-log"
     assert config.model.num_shards == 2  # one per parameter server by default
+
+
+def test_the_chief_alone_is_told_checkpoint_before_stop_seconds_as_its_longest_hold() -> None:
+    job = ctr_job(Path("/ckpt"), ["--steps=10"])
+    job["spec"]["failurePolicy"] = {"checkpointBeforeStopSeconds": 45}
+    children = render_children(job)
+    chief_job = next(c for c in children if c["kind"] == "Job")
+    ps_set = next(c for c in children if c["kind"] == "StatefulSet" and c["metadata"]["name"] == "ctr-ps")
+    chief = load_config(
+        [], resolve_env(job_pod(chief_job)[1]["spec"]["containers"][0], job_pod(chief_job)[0])
+    )
+    pod, template = statefulset_pod(ps_set, 0)
+    assert chief.checkpoint_before_stop_seconds == 45
+    assert "PSOP_CHECKPOINT_BEFORE_STOP_SECONDS" not in resolve_env(template["spec"]["containers"][0], pod)
+    assert load_config([], env_for("chief")).checkpoint_before_stop_seconds == 60  # the spec's default
 
 
 def test_flags_override_the_environment_which_overrides_defaults() -> None:
@@ -303,10 +320,12 @@ def test_progress_server_serves_report_and_metrics() -> None:
         server.stop()
 
 
-def _post(port: int, path: str, body: bytes = b"") -> tuple[int, CheckpointAnswer | None]:
+def _post(
+    port: int, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> tuple[int, CheckpointAnswer | None]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        connection.request("POST", path, body=body)
+        connection.request("POST", path, body=body, headers=headers or {})
         response = connection.getresponse()
         return response.status, CheckpointAnswer.parse(response.read())
     finally:
@@ -333,6 +352,152 @@ def test_progress_server_takes_checkpoint_requests() -> None:
         connection.close()
     finally:
         server.stop()
+
+
+def _get(port: int, path: str, headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request("GET", path, headers=headers or {})
+    response = connection.getresponse()
+    response.read()
+    connection.close()
+    return response
+
+
+def test_with_a_token_file_the_report_and_checkpoints_answer_its_bearer_alone(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")  # as a Secret's file may end
+    requests = CheckpointRequests()
+    server = ProgressServer(ProgressTracker(), 0, "127.0.0.1", requests, token_file=str(token_file)).start()
+    right, wrong = {"Authorization": "Bearer s3cret"}, {"Authorization": "Bearer s3cre7"}
+    try:
+        for headers in ({}, wrong, {"Authorization": "Basic s3cret"}, {"Authorization": "s3cret"}):
+            refused = _get(server.port, "/progress", headers)
+            assert refused.status == 401 and refused.headers["WWW-Authenticate"] == "Bearer"
+            # Refused before its body is read: no 400 for a body that is no JSON, nothing queued.
+            status, answer = _post(server.port, "/checkpoint?holdSeconds=3600", b"{", headers)
+            assert status == 401 and answer is not None and "Bearer" in (answer.reason or "")
+        assert _get(server.port, "/progress", right).status == 200
+        assert _post(server.port, "/checkpoint", b"", right)[0] == 503  # not training yet: asked
+        assert _get(server.port, "/healthz").status == 200 and _get(server.port, "/metrics").status == 200
+        token_file.write_text("n3w")  # read at each request
+        assert _get(server.port, "/progress", right).status == 401
+        assert _get(server.port, "/progress", {"Authorization": "bearer n3w"}).status == 200
+        token_file.unlink()  # no token to be had: nobody is answered
+        assert _get(server.port, "/progress", {"Authorization": "bearer n3w"}).status == 401
+        assert _get(server.port, "/progress", {}).status == 401
+    finally:
+        server.stop()
+
+
+def test_the_token_file_comes_from_the_rendered_chiefs_environment() -> None:
+    chief_job = next(c for c in render_children(ctr_job(Path("/ckpt"), ["--steps=10"])) if c["kind"] == "Job")
+    pod, template = job_pod(chief_job)
+    config = load_config([], resolve_env(template["spec"]["containers"][0], pod))
+    assert config.chief_token_file == "/var/run/secrets/psoperator.io/chief-token/token"
+    assert load_config([], env_for("chief")).chief_token_file is None  # an older operator: none
+
+
+class _Training:
+    """The training loop's side in a thread: serves the requests (FakeLoop) until stopped."""
+
+    def __init__(self, requests: CheckpointRequests) -> None:
+        self.requests, self.loop, self.stopping = requests, FakeLoop(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.holds: list[float] = []  # how long each serve that answered a request took
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            served, began = self.loop.served, time.monotonic()
+            self.requests.serve(self.loop.on_request)
+            if self.loop.served > served:
+                self.holds.append(time.monotonic() - began)
+            time.sleep(0.01)  # a step
+
+    def __enter__(self) -> _Training:
+        self.requests.open()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+
+
+def test_a_hold_asked_over_http_lasts_checkpoint_before_stop_seconds_at_most() -> None:
+    requests = CheckpointRequests()
+    server = ProgressServer(ProgressTracker(), 0, "127.0.0.1", requests, max_hold_seconds=0.5).start()
+    try:
+        with _Training(requests) as training:
+            status, answer = _post(server.port, "/checkpoint?holdSeconds=3600")
+            assert status == 200 and answer is not None and answer.saved
+            _wait_until("the hold's end", lambda: bool(training.holds), timeout=5)  # not an hour
+            assert 0.5 <= training.holds[0] < 3
+    finally:
+        server.stop()
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def _closed_within(connection: socket.socket, seconds: float) -> bool:
+    """Whether the server closes the connection (no answer) within `seconds`."""
+    connection.settimeout(seconds)
+    try:
+        return connection.recv(4096) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_a_connection_that_does_not_send_its_request_in_time_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(progress, "REQUEST_READ_SECONDS", 0.5)
+    server = ProgressServer(ProgressTracker(), port=0, host="127.0.0.1").start()
+    try:
+        with _connect(server.port) as idle, _connect(server.port) as trickling:
+            trickling.sendall(b"GET /progress HTTP/1.1\r\n")
+            began = time.monotonic()
+            for _ in range(4):  # a header line every 0.2 s: each read comes in time, the whole does not
+                time.sleep(0.2)
+                with contextlib.suppress(OSError):
+                    trickling.sendall(b"X-Slow: 1\r\n")
+            assert _closed_within(idle, 5) and _closed_within(trickling, 5)
+            assert time.monotonic() - began < 4
+    finally:
+        server.stop()
+
+
+def test_connections_beyond_the_cap_are_closed_unanswered_and_served_again_once_below() -> None:
+    server = ProgressServer(ProgressTracker(), port=0, host="127.0.0.1").start()
+    held = [_connect(server.port) for _ in range(progress.MAX_CONNECTIONS)]
+    try:
+        for connection in held:  # each has its thread: a request line sent, its headers not yet
+            connection.sendall(b"GET /progress HTTP/1.1\r\n")
+        extra = _connect(server.port)
+        extra.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert _closed_within(extra, 5)
+        extra.close()
+    finally:
+        for connection in held:
+            connection.close()
+    try:
+        _wait_until("a request served again", lambda: _healthz(server.port) == 200)
+    finally:
+        server.stop()
+
+
+def _healthz(port: int) -> int | None:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
 
 
 # --- checkpoint requests --------------------------------------------------------------------------
@@ -382,9 +547,10 @@ class FakeLoop:
     """The training loop's side: one save per step, the latest checkpoint answered again."""
 
     def __init__(self) -> None:
-        self.step, self.saves = 10, 0
+        self.step, self.saves, self.served = 10, 0, 0
 
     def on_request(self) -> Outcome:
+        self.served += 1
         fresh = self.saves == 0
         self.saves += fresh
         return CheckpointStatus.SAVED, CheckpointAnswer(checkpointStep=self.step, saved=fresh)
@@ -429,6 +595,23 @@ def test_a_hold_keeps_the_loop_answering_until_it_ends() -> None:
     assert outcomes[0][1] == CheckpointAnswer(checkpointStep=10, saved=False)  # during the hold
     serving.join(5)
     assert time.monotonic() - began >= 0.5 and loop.saves == 1
+
+
+def test_asking_again_for_the_checkpoint_held_does_not_extend_its_hold() -> None:
+    """An asker who asks every half hold: the hold still ends one hold after the save."""
+    requests, loop = CheckpointRequests(), FakeLoop()
+    requests.open()
+    first, _ = _ask_in_thread(requests, deadlineSeconds=10, holdSeconds=1)
+    _wait_until("queued", lambda: bool(requests._pending))
+    serving = threading.Thread(target=requests.serve, args=(loop.on_request,), daemon=True)
+    began = time.monotonic()
+    serving.start()
+    first.join(5)
+    while serving.is_alive() and time.monotonic() - began < 4:
+        _ask_in_thread(requests, deadlineSeconds=0.2, holdSeconds=1)
+        time.sleep(0.5)
+    serving.join(5)
+    assert time.monotonic() - began < 2.5 and loop.saves == 1 and loop.served >= 2
 
 
 def test_a_refused_request_does_not_hold() -> None:

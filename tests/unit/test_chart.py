@@ -6,6 +6,7 @@ are skipped on a workstation and fail in CI (env CI set).
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -91,7 +92,7 @@ def test_default_objects(helm: str) -> None:
     kinds = sorted(kind for kind, _ in render(helm))
     assert kinds == [
         "ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding",
-        "Service", "ServiceAccount",
+        "Secret", "Service", "ServiceAccount",
     ]  # fmt: skip
 
 
@@ -113,6 +114,9 @@ def test_deployment(helm: str) -> None:
     assert {"name": "PSOPERATOR_METRICS_PORT", "value": "9090"} in container["env"]
     namespace = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
     assert namespace in container["env"]  # --operator-namespace: who may read the chiefs' progress
+    # --operator-pod-labels: of that namespace, the operator's replicas alone (its selector's labels).
+    told = {e["name"]: e.get("value") for e in container["env"]}["PSOPERATOR_POD_LABELS"]
+    assert dict(pair.split("=") for pair in told.split(",")) == deployment["spec"]["selector"]["matchLabels"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}
@@ -123,6 +127,35 @@ def test_deployment(helm: str) -> None:
     assert container["resources"]["requests"] and container["resources"]["limits"]
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def _mounted_key(objects: dict[tuple[str, str], dict[str, Any]]) -> tuple[str, str]:
+    """The Secret the operator's key comes from, and the file the operator is told to read it from."""
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "chief-key"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "chief-key"]
+    assert mount["readOnly"] and volume["secret"]["items"] == [{"key": "key", "path": "key"}]
+    told = {e["name"]: e.get("value") for e in container["env"]}["PSOPERATOR_CHIEF_KEY_FILE"]
+    assert told == f"{mount['mountPath']}/key"
+    return volume["secret"]["secretName"], told
+
+
+def test_the_chart_makes_the_chief_key_once_and_mounts_it_in_every_replica(helm: str) -> None:
+    objects = render(helm)
+    name, _ = _mounted_key(objects)
+    secret = objects[("Secret", name)]
+    assert secret["metadata"]["namespace"] == NAMESPACE
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(base64.b64decode(secret["data"]["key"])) >= 32
+    # Without a cluster, lookup finds nothing: each render makes a key (hence existingSecret).
+    assert one(render(helm), "Secret")["data"]["key"] != secret["data"]["key"]
+
+
+def test_an_existing_chief_key_secret_is_mounted_and_none_is_made(helm: str) -> None:
+    objects = render(helm, "--set", "chiefKey.existingSecret=my-key")
+    assert _mounted_key(objects)[0] == "my-key"
+    assert [kind for kind, _ in objects if kind == "Secret"] == []
 
 
 def test_values_drive_image_and_extra_args(helm: str) -> None:
@@ -170,6 +203,7 @@ NAMESPACED = (
     | _expect(["networking.k8s.io"], ["networkpolicies"], OWNED)
     | _expect([""], ["pods"], "list watch delete")
     | _expect(["", "events.k8s.io"], ["events"], "create patch")
+    | _expect([""], ["secrets"], "create")  # the chiefs' tokens: never read
     | _expect(["kueue.x-k8s.io"], ["workloads"], OWNED)
     | _expect(["kueue.x-k8s.io"], ["workloads/status"], "patch")
 )
@@ -291,7 +325,7 @@ def test_rbac_and_service_account_can_be_brought_by_the_user(helm: str) -> None:
         "--set",
         "serviceAccount.name=ops-sa",
     )
-    assert sorted(kind for kind, _ in objects) == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert sorted(kind for kind, _ in objects) == ["Deployment", "PodDisruptionBudget", "Secret", "Service"]
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
 
 

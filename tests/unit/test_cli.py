@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from psoperator.cli import kopf_options, main, parse_args
+from psoperator.cli import CHIEF_KEY_FILE_ENV, kopf_options, main, parse_args
 
 # What a user writes when the defaults suit them: no failurePolicy, no port, no evaluator.
 MINIMAL = """\
@@ -141,13 +141,54 @@ def test_other_commands_still_refuse_unknown_flags(capsys: pytest.CaptureFixture
 
 def test_the_real_command_accepts_the_charts_arguments(tmp_path: Path) -> None:
     """Started as the chart starts it, it gets past its command line to the missing cluster."""
-    env = {**os.environ, "KUBECONFIG": str(tmp_path / "absent"), "KUBERNETES_SERVICE_HOST": ""}
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(tmp_path / "absent"),
+        "KUBERNETES_SERVICE_HOST": "",
+        CHIEF_KEY_FILE_ENV: str(key),
+    }
     done = subprocess.run(
         [sys.executable, "-m", "psoperator", *CHART_ARGS],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "usage:" not in done.stderr and "kube-config" in done.stderr
+
+
+def test_the_operators_pod_labels_are_read_as_sorted_pairs(capsys: pytest.CaptureFixture[str]) -> None:
+    told = parse_args(["run", "--operator-pod-labels", "b=2, a=1"]).operator_pod_labels
+    assert told == (("a", "1"), ("b", "2"))
+    assert parse_args(["run", "--operator-pod-labels", ""]).operator_pod_labels == ()
+    with pytest.raises(SystemExit):
+        parse_args(["run", "--operator-pod-labels", "a=1,b"])
+    assert "'a=1,b' is not name=value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (None, "--chief-key-file (or $PSOPERATOR_CHIEF_KEY_FILE) is required"),
+        (b"", "cannot read the chief key"),
+        (b"short\n", "the chief key has 5 bytes; at least 32 are needed"),
+    ],
+)
+def test_run_needs_a_chief_key_before_touching_a_cluster(
+    key: bytes | None,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent")
+    monkeypatch.delenv(CHIEF_KEY_FILE_ENV, raising=False)
+    path = tmp_path / "key"
+    if key:
+        path.write_bytes(key)
+    argv = ["run", "--namespace", "ns"] + ([] if key is None else ["--chief-key-file", str(path)])
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag", ["--resync-seconds", "--resyncs-per-second", "--fresh-reads-per-second"])

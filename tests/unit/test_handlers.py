@@ -29,6 +29,7 @@ from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB, LABEL_QUEUE
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import PROGRESS_PATH
 from psoperator.control import loop, polling, protocol
+from psoperator.control.chief_key import ChiefKey
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import chief_report
 from psoperator.control.state import Config, JobState, OperatorState
@@ -371,9 +372,9 @@ def test_finished_jobs_count_in_the_pace_at_their_own_rare_resync() -> None:
     assert all(270 * stretch <= loop.resync_after(state, succeeded) <= 330 * stretch for _ in range(20))
 
 
-def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Taking the Lease starts the known jobs' loops and says so in psoperator_leader; losing it
-    stops them and says so too."""
+def test_taking_the_lease_starts_the_loops_and_sets_the_leader_gauge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking the Lease starts the known jobs' loops and says so in psoperator_leader (a replica that
+    loses it exits: control/leader.py)."""
 
     async def idle(*_: Any) -> ReconcilePlan:
         await asyncio.sleep(3600)
@@ -387,10 +388,10 @@ def test_the_leader_gauge_follows_the_lease(monkeypatch: pytest.MonkeyPatch) -> 
         return state.metrics.registry.get_sample_value("psoperator_leader")
 
     async def scenario() -> None:
-        await loop.lead(state)
+        assert leader() == 0
+        loop.lead(state)
         assert leader() == 1 and state.jobs[("ns", "ctr")].loop is not None
-        await loop.follow(state)
-        assert leader() == 0 and not state.looping()
+        await loop.stop_loops(state)
 
     asyncio.run(scenario())
 
@@ -427,10 +428,10 @@ def test_every_loop_runs_in_the_first_job_handlers_context_not_its_own(
     async def scenario() -> None:
         await asyncio.create_task(job_event("first"))  # each event has a context of its own
         await asyncio.create_task(job_event("second"))
-        await loop.follow(state)
-        await loop.lead(state)  # both loops again, started from the election's side
+        await loop.stop_loops(state)
+        loop.lead(state)  # both loops again, started from the election's side
         await asyncio.sleep(0.01)
-        await loop.follow(state)
+        await loop.stop_loops(state)
 
     asyncio.run(scenario())
     assert seen == ["first's handler"] * 4
@@ -609,13 +610,13 @@ def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() 
 
     async def run() -> None:
         async with aiohttp.ClientSession() as session:
-            report, refusals = await chief_report(session, port, chief, None)
+            report, refusals = await chief_report(session, port, chief, None, None)
             assert report is None and refusals is not None and refusals.count == 1
             with _answering(port, b"not a report") as hits:
-                assert await chief_report(session, port, chief, refusals) == (None, refusals)
+                assert await chief_report(session, port, chief, refusals, None) == (None, refusals)
                 assert hits == []  # its wait runs: not asked
                 over = replace(refusals, until=time.monotonic())
-                assert await chief_report(session, port, chief, over) == (None, None)
+                assert await chief_report(session, port, chief, over, None) == (None, None)
                 assert hits == [PROGRESS_PATH]
 
     asyncio.run(run())
@@ -693,17 +694,30 @@ def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is
     assert [method for method, _ in reads] == ["GET"] * 3
 
 
+def test_a_new_chief_job_comes_after_its_token_secret() -> None:
+    key = ChiefKey(b"k" * 32)
+    new = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    path = f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr"
+    kube = RecordingKube()
+    kube.wire.by_path = {path: new, f"{path}/status": new | {"status": {"phase": "Pending"}}}
+    state = OperatorState(kube, Metrics(), Config(chief_key=key))
+    state.cache.job_seen("team-a", "ctr", new)
+    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    posted = [path for method, path in kube.calls if method == "POST"]
+    secret = posted.index("/api/v1/namespaces/team-a/secrets")
+    assert posted[secret + 1] == "/apis/batch/v1/namespaces/team-a/jobs"
+    assert kube.bodies[len(kube.calls) - len(posted) + secret][1]["stringData"] == {
+        "token": key.token("job-uid")
+    }
+
+
 def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() -> None:
-    """A renew that hangs: the elector still leads until its step times out, but the standby may
+    """A renew that hangs: the elector still leads until its request returns, but the standby may
     take the Lease over then; a reconcile about to write, delete or create does nothing."""
-
-    async def nothing() -> None:
-        pass
-
     kube = RecordingKube()
     state = OperatorState(kube, Metrics())
-    state.elector = Elector(kube, Election("ops", "psop", 8), nothing, nothing)
-    state.elector.leading, state.elector.renewed = True, time.monotonic() - 6  # renew deadline: 5.3 s
+    state.elector = Elector(kube, Election("ops", "psop", 8), lead=lambda: None, lost=lambda: None)
+    state.elector.leading, state.elector.until = True, time.monotonic() - 0.5  # renewed 5.8 s ago
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     plan = ReconcilePlan(
         status={"phase": "Restarting"}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)]

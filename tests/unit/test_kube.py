@@ -21,9 +21,9 @@ from psoperator.control.polling import NotServing, fetch_progress
 from psoperator.kube import FOLD_TRIES, Kube, StaleJob, api_failure, resource_of
 from psoperator.managed_fields import folded
 from psoperator.observe.views import parse_pod, slim_child
-from psoperator.plan.children import ChildChange, ChildVerb
+from psoperator.plan.children import ChildChange, ChildVerb, plan_children, with_chief_token
 from psoperator.plan.draft import PodDeletion
-from psoperator.render import render_children
+from psoperator.render import render_chief_token, render_children
 from tests.unit.builders import NS, job
 
 Obj = dict[str, Any]
@@ -511,7 +511,7 @@ def test_a_progress_port_that_takes_the_connection_and_never_answers_is_not_serv
 
         async def ask() -> None:
             async with aiohttp.ClientSession() as session:
-                await fetch_progress(session, "127.0.0.1", hung.getsockname()[1], timeout=0.2)
+                await fetch_progress(session, "127.0.0.1", hung.getsockname()[1], None, timeout=0.2)
 
         started = time.monotonic()
         with pytest.raises(NotServing):
@@ -571,3 +571,50 @@ def test_the_api_servers_answers_to_creates_and_patches_are_kept_for_the_watch_c
     kube.wire.answers = list(answers)
     result = kube.make_changes(NS, [ChildChange(m, ChildVerb.CREATE) for m in desired], [])
     assert result.written == answers
+
+
+def _creating_the_chief(token_answer: Obj, status: int) -> tuple[RecordingKube, Any]:
+    """The changes of a job whose chief Job is missing, made against an API server that answers the
+    token Secret's create with `status` and `token_answer`: the Kube, and the result (or the error)."""
+    desired = render_children(job())
+    changes, conflicts = plan_children("job-uid", desired, _live(_without_chief(desired)))
+    changes = with_chief_token(changes, render_chief_token(job(), "t" * 64))
+    kube = RecordingKube()
+    kube.wire.statuses, kube.wire.answers = [status], [token_answer]
+    try:
+        return kube, kube.make_changes(NS, changes, conflicts)
+    except ApiException as error:
+        return kube, error
+
+
+SECRETS, JOBS = f"/api/v1/namespaces/{NS}/secrets", f"/apis/batch/v1/namespaces/{NS}/jobs"
+
+
+def test_the_chiefs_token_secret_is_created_just_before_its_job_and_never_read_back() -> None:
+    made = {"kind": "Secret", "metadata": {"name": "ctr-chief-token"}, "data": {"token": "dHR0"}}
+    kube, result = _creating_the_chief(made, 201)
+    assert kube.calls == [("POST", SECRETS), ("POST", JOBS)]
+    assert kube.bodies[0][1]["stringData"] == {"token": "t" * 64}
+    assert result.created == ["Secret/ctr-chief-token", "Job/ctr-chief"]
+    assert all(child["kind"] != "Secret" for child in result.written)  # not into the watch cache
+
+
+def test_a_token_secret_already_there_is_taken_as_the_jobs_without_reading_it() -> None:
+    kube, result = _creating_the_chief({"kind": "Status", "reason": "AlreadyExists"}, 409)
+    assert kube.calls == [("POST", SECRETS), ("POST", JOBS)]  # no GET: the operator may not read Secrets
+    assert result.created == ["Job/ctr-chief"] and not result.conflicts
+
+
+def test_a_token_secret_refused_is_told_and_the_chief_still_runs() -> None:
+    refusal = {"kind": "Status", "message": 'secrets is forbidden: cannot create resource "secrets"'}
+    _, result = _creating_the_chief(refusal, 403)
+    assert result.rejected == {
+        "Secret/ctr-chief-token": 'secrets is forbidden: cannot create resource "secrets"'
+    }
+    assert result.created == ["Job/ctr-chief"]
+
+
+def test_a_token_secret_the_api_server_fails_holds_its_chief_job_back() -> None:
+    kube, error = _creating_the_chief({}, 500)
+    assert isinstance(error, ApiException) and error.status == 500
+    assert kube.calls == [("POST", SECRETS)]  # the Job waits for the next reconcile, with its Secret

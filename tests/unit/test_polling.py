@@ -1,12 +1,15 @@
-"""The back-off of progress polls after a chief's port refused, and the checkpoint ask (polling.py)."""
+"""The back-off of progress polls after a chief's port refused, the checkpoint ask, and what an
+untrusted chief's answers cannot make the operator do (polling.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import gzip
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from psoperator.contract import (
@@ -65,8 +68,8 @@ def _asked(handler: Callable[[web.Request], Awaitable[web.Response]] | None, ask
         if handler is None:
             await runner.cleanup()
         try:
-            async with aiohttp.ClientSession() as session:
-                return await polling.ask_checkpoint(session, port, ask, None)
+            async with polling.chief_session() as session:
+                return await polling.ask_checkpoint(session, port, ask, None, None)
         finally:
             await runner.cleanup()
 
@@ -101,8 +104,131 @@ def test_a_refusal_or_an_answer_that_is_no_checkpoint_answer_is_an_outcome_witho
 def test_nothing_listening_or_a_chief_that_refused_its_progress_port_is_no_wait() -> None:
     assert "could not be asked" in (_asked(None, _ask()).answer.reason or "")
     refusals = polling.refused(None, "chief-uid", 0.0)
-    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals))
+    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals, None))
     assert "does not serve its progress port" in (skipped.answer.reason or "")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def _serving(routes: dict[tuple[str, str], Handler]) -> AsyncIterator[int]:
+    """An HTTP server on loopback with these (method, path) routes; its port."""
+    app = web.Application()
+    for (method, path), handler in routes.items():
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+def _redirect(target: str, status: int) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": target + request.path_qs})
+
+    return handler
+
+
+def test_a_redirect_from_a_chief_is_not_followed_to_another_jobs_chief() -> None:
+    victim_hits: list[str] = []
+
+    async def victim(request: web.Request) -> web.Response:
+        victim_hits.append(f"{request.method} {request.path_qs}")
+        return web.json_response({"state": "running", "step": 999, "checkpointPath": "/victim/ckpt-999"})
+
+    async def scenario() -> tuple[Any, Any]:
+        victims: dict[tuple[str, str], Handler] = {
+            ("GET", PROGRESS_PATH): victim,
+            ("POST", CHECKPOINT_PATH): victim,
+        }
+        async with _serving(victims) as victim_port:
+            target = f"http://127.0.0.1:{victim_port}"
+            # 307 has the client post the same body (holdSeconds) again, to the victim.
+            attacker = {
+                ("GET", PROGRESS_PATH): _redirect(target, 302),
+                ("POST", CHECKPOINT_PATH): _redirect(target, 307),
+            }
+            async with _serving(attacker) as port, polling.chief_session() as session:
+                report = await polling.fetch_progress(session, "127.0.0.1", port, None)
+                ask = CheckpointAsk(StopCause.SUSPEND, ("c",), ("u",), "u", "127.0.0.1", 3.0, 3600.0)
+                return report, await polling.ask_checkpoint(session, port, ask, None, None)
+
+    report, outcome = asyncio.run(scenario())
+    assert report is None
+    assert not outcome.saved and outcome.status == 307 and "redirect" in (outcome.answer.reason or "")
+    assert victim_hits == []
+
+
+def _polled(handler: Handler) -> Any:
+    """What fetch_progress makes of a chief whose GET /progress is `handler`."""
+
+    async def scenario() -> Any:
+        async with _serving({("GET", PROGRESS_PATH): handler}) as port, polling.chief_session() as session:
+            return await polling.fetch_progress(session, "127.0.0.1", port, None)
+
+    return asyncio.run(scenario())
+
+
+# A valid report, of more than a MiB: a hostile chief's answer to fill the operator's memory.
+HUGE_REPORT = json.dumps({"state": "running", "step": 7, "message": "x" * (1 << 20)}).encode()
+
+
+def test_an_answer_over_the_limit_is_garbled_whether_its_length_is_told_or_streamed() -> None:
+    async def told(request: web.Request) -> web.Response:
+        return web.Response(body=HUGE_REPORT, content_type="application/json")
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(HUGE_REPORT), 4096):
+            await response.write(HUGE_REPORT[start : start + 4096])
+        await response.write_eof()
+        return response
+
+    async def small(request: web.Request) -> web.Response:
+        return web.json_response({"state": "running", "step": 7})
+
+    too_long = RejectedReport(f"longer than {polling.MAX_ANSWER_BYTES} bytes")
+    assert _polled(told) == too_long and _polled(streamed) == too_long
+    assert _polled(small) is not None  # the same chief, answering within the limit
+    asked = _asked(told, _ask())
+    assert not asked.saved and f"over {polling.MAX_ANSWER_BYTES} bytes" in (asked.answer.reason or "")
+
+
+def test_a_compressed_answer_is_not_inflated() -> None:
+    async def compressed(request: web.Request) -> web.Response:
+        body = gzip.compress(json.dumps({"state": "running", "step": 7}).encode())
+        return web.Response(
+            body=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        )
+
+    assert _polled(compressed) is None
+
+
+def test_every_request_to_the_chief_carries_the_jobs_token() -> None:
+    authorizations: list[str | None] = []
+
+    async def chief(request: web.Request) -> web.Response:
+        authorizations.append(request.headers.get("Authorization"))
+        return web.json_response({"state": "running", "step": 7, "checkpointStep": 7, "saved": True})
+
+    async def scenario() -> None:
+        routes: dict[tuple[str, str], Handler] = {
+            ("GET", PROGRESS_PATH): chief,
+            ("POST", CHECKPOINT_PATH): chief,
+        }
+        async with _serving(routes) as port, polling.chief_session() as session:
+            await polling.fetch_progress(session, "127.0.0.1", port, "t0ken")
+            await polling.ask_checkpoint(session, port, _ask(), None, "t0ken")
+
+    asyncio.run(scenario())
+    assert authorizations == ["Bearer t0ken", "Bearer t0ken"]
 
 
 def _reported(body: bytes) -> tuple[Any, Any]:
@@ -118,24 +244,14 @@ def _reported(body: bytes) -> tuple[Any, Any]:
         return response
 
     async def scenario() -> tuple[Any, Any]:
-        app = web.Application()
-        app.router.add_get(PROGRESS_PATH, progress)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            async with aiohttp.ClientSession() as session:
-                return await polling.chief_report(session, port, chief, None)
-        finally:
-            await runner.cleanup()
+        async with _serving({("GET", PROGRESS_PATH): progress}) as port, polling.chief_session() as session:
+            return await polling.chief_report(session, port, chief, None, None)
 
     return asyncio.run(scenario())
 
 
 def test_a_progress_report_the_status_cannot_keep_or_too_long_is_rejected_naming_the_pod() -> None:
-    """The port's answer is read up to MAX_REPORT_BYTES: a chief that serves more is rejected, not
+    """The port's answer is read up to MAX_ANSWER_BYTES: a chief that serves more is rejected, not
     held in the operator's memory whole."""
     report, refusals = _reported(b'{"step": 5, "checkpointTime": NaN}')
     assert report == RejectedReport(
@@ -143,11 +259,11 @@ def test_a_progress_report_the_status_cannot_keep_or_too_long_is_rejected_naming
         f" from 0 to {LATEST_UNIX_SECONDS:.0f}, not milliseconds (got NaN)"
     )
     assert refusals is None  # it answered
-    long = b'{"step": 5, "message": "' + b"x" * polling.MAX_REPORT_BYTES + b'"}'
+    long = b'{"step": 5, "message": "' + b"x" * polling.MAX_ANSWER_BYTES + b'"}'
     report, _ = _reported(long)
     assert report == RejectedReport(
-        f"the progress report of pod ctr-chief-0x is ignored: longer than {polling.MAX_REPORT_BYTES} bytes"
+        f"the progress report of pod ctr-chief-0x is ignored: longer than {polling.MAX_ANSWER_BYTES} bytes"
     )
-    at_the_limit = long[: polling.MAX_REPORT_BYTES - 2] + b'"}'
+    at_the_limit = long[: polling.MAX_ANSWER_BYTES - 2] + b'"}'
     assert _reported(at_the_limit) == (ProgressReport.read(at_the_limit), None)
     assert isinstance(ProgressReport.read(at_the_limit), ProgressReport)

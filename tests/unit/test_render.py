@@ -15,8 +15,8 @@ from psoperator import contract
 from psoperator.api.labels import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
 from psoperator.api.models import MAX_REPLICAS, MAX_WORKERS, PSTrainingJobSpec
 from psoperator.contract import Role
-from psoperator.render import RenderOptions, render_children
-from psoperator.render.pod import contract_env
+from psoperator.render import RenderOptions, render_chief_token, render_children
+from psoperator.render.pod import chief_env, contract_env
 from tests.unit.builders import JOB, NS, job
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -215,13 +215,14 @@ def test_the_operators_environment_and_port_names_win_over_a_stored_templates() 
 
 
 def test_the_environment_the_operator_sets_is_the_one_the_crd_keeps_for_it() -> None:
-    """Every name contract_env sets, with each option that adds one, and no other."""
+    """Every name contract_env and chief_env set, with each option that adds one, and no other."""
     interval = job(checkpoint={"dir": "/ckpt", "intervalSteps": 10, "intervalSeconds": 60})
+    specs = [PSTrainingJobSpec.model_validate(obj["spec"]) for obj in (job(), interval)]
     injected = {
         e["name"]
-        for obj in (job(), interval)
+        for spec in specs
         for tf_config in (None, "{}")
-        for e in contract_env(PSTrainingJobSpec.model_validate(obj["spec"]), JOB, Role.PS, None, tf_config)
+        for e in contract_env(spec, JOB, Role.PS, None, tf_config) + chief_env(spec)
     }
     assert injected == set(contract.INJECTED_ENV)
 
@@ -292,6 +293,43 @@ def test_the_template_may_name_its_trainer_container() -> None:
     # A sidecar's exit code never fails the job through the Job controller either.
     [fail_job] = [r for r in chief["spec"]["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
     assert fail_job["onExitCodes"]["containerName"] == "main"
+
+
+def test_the_chiefs_trainer_alone_mounts_the_jobs_token_and_is_told_where() -> None:
+    children = render_children(job(evaluator={"template": {"spec": {"containers": [{"name": "e"}]}}}))
+    template = _chief_with_sidecar_first("main")["spec"]["template"]
+    proxy, main = template["spec"]["containers"]
+    [volume] = [v for v in template["spec"]["volumes"] if v["name"] == "psoperator-chief-token"]
+    # Optional: a chief whose Secret the operator could not make still trains (answering nobody).
+    assert volume["secret"] == {"secretName": "ctr-chief-token", "optional": True}
+    [mount] = main["volumeMounts"]
+    path = _env(main)[contract.ENV_CHIEF_TOKEN_FILE]
+    assert mount["readOnly"] and path == f"{mount['mountPath']}/token"
+    assert "volumeMounts" not in proxy and contract.ENV_CHIEF_TOKEN_FILE not in _env(proxy)
+    others = [m for m in children if m["kind"] in POD_OWNERS and m["metadata"]["name"] != "ctr-chief"]
+    for manifest in others:
+        pod = manifest["spec"]["template"]["spec"]
+        assert "psoperator-chief-token" not in {v["name"] for v in pod.get("volumes", [])}
+        assert all(contract.ENV_CHIEF_TOKEN_FILE not in _env(c) for c in pod["containers"])
+
+
+def test_a_token_file_the_template_names_is_the_operators() -> None:
+    env = [{"name": contract.ENV_CHIEF_TOKEN_FILE, "value": "/dev/null"}]
+    chief = _chief(
+        render_children(job(chief={"template": {"spec": {"containers": [{"name": "t", "env": env}]}}}))
+    )
+    [container] = chief["spec"]["template"]["spec"]["containers"]
+    assert (
+        _env(container)[contract.ENV_CHIEF_TOKEN_FILE] == "/var/run/secrets/psoperator.io/chief-token/token"
+    )
+
+
+def test_the_token_secret_is_the_jobs_and_immutable() -> None:
+    secret = render_chief_token(job(), "t" * 64)
+    assert secret["metadata"]["name"] == "ctr-chief-token" and secret["metadata"]["namespace"] == NS
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
+    assert secret["metadata"]["labels"]["psoperator.io/job-name"] == "ctr"
+    assert secret["immutable"] is True and secret["stringData"] == {"token": "t" * 64}
 
 
 def test_an_annotation_that_names_no_container_means_the_first() -> None:

@@ -10,7 +10,8 @@ from tests.unit.builders import job
 
 Obj = dict[str, Any]
 EVALUATOR = {"template": {"spec": {"containers": [{"name": "trainer"}]}}}
-OPTIONS = RenderOptions(operator_namespace="psoperator-system")
+OPERATOR_PODS = (("app.kubernetes.io/instance", "psop"), ("app.kubernetes.io/name", "ps-training-operator"))
+OPTIONS = RenderOptions(operator_namespace="psoperator-system", operator_pod_labels=OPERATOR_PODS)
 
 
 def _policies(children: list[Obj]) -> dict[str, Obj]:
@@ -48,19 +49,31 @@ def test_every_pod_of_the_job_takes_the_grpc_port_from_the_jobs_pods_only() -> N
     )
 
 
-def test_the_chiefs_progress_port_takes_connections_from_the_operators_namespace_only() -> None:
+def test_the_chiefs_progress_port_takes_connections_from_the_operators_pods_only() -> None:
     children = render_children(job(evaluator=EVALUATOR), OPTIONS)
     progress = _policies(children)["ctr-chief-progress"]
     templates = _pod_templates(children)
     assert [role for role, t in templates.items() if _selects(progress, t)] == ["chief"]
     [rule] = progress["spec"]["ingress"]
-    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "psoperator-system"}}}
+    # One peer with both selectors: the operator's pods in its namespace, not every pod there.
+    operator = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "psoperator-system"}},
+        "podSelector": {"matchLabels": dict(OPERATOR_PODS)},
+    }
     assert rule["from"] == [operator]
     chief = templates["chief"]["spec"]["containers"][0]
     served = {p["name"]: p["containerPort"] for p in chief["ports"]}["progress"]
     env = {e["name"]: e.get("value") for e in chief["env"]}
     assert rule["ports"] == [{"protocol": "TCP", "port": served}]
     assert env[contract.ENV_PROGRESS_PORT] == str(served)
+
+
+def test_told_no_labels_of_its_pods_the_operators_whole_namespace_may_read_progress() -> None:
+    options = RenderOptions(operator_namespace="psoperator-system")
+    [rule] = _policies(render_children(job(), options))["ctr-chief-progress"]["spec"]["ingress"]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "psoperator-system"}}}
+    ]
 
 
 def test_without_the_operators_namespace_no_namespace_may_read_progress() -> None:

@@ -37,6 +37,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the key the chiefs' tokens are derived from: the chart's, or the user's. */}}
+{{- define "psoperator.chiefKeySecret" -}}
+{{- default (printf "%s-chief-key" (include "psoperator.fullname" .)) .Values.chiefKey.existingSecret }}
+{{- end }}
+
 {{- define "psoperator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
@@ -80,6 +85,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# Each chief's token Secret, made with its Job. Create only: the operator reads no Secret of any
+# tenant (no get, list or watch); it derives each token from its own key.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 {{- if .Values.kueue.enabled }}
 # A queued job's Workload (the label kueue.x-k8s.io/queue-name): made, watched, deleted when its
 # shape changes; its status told that the job stopped after an eviction, runs, or finished.

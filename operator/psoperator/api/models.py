@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from psoperator.api.vocabulary import Phase
-from psoperator.contract import DEFAULT_PERMANENT_EXIT_CODES, Role
+from psoperator.contract import DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS, DEFAULT_PERMANENT_EXIT_CODES, Role
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
@@ -172,13 +172,17 @@ class FailurePolicy(_Model):
         ge=0,
         description=(
             "How long a pod's node may be NotReady or unreachable (its Ready condition not True, "
-            "counted from the condition's last transition) before the operator force-deletes the "
-            "pod, so that its StatefulSet or a new chief attempt can replace it; recorded as "
-            "NodeLost, a disruption that is not counted against maxRestarts."
+            "counted from the condition's last transition) before the job reports the pod in its "
+            "NodeLost condition. A node that stopped reporting may still run the pod, so it is "
+            "replaced only once its node is known to be down: tainted "
+            "node.kubernetes.io/out-of-service (non-graceful node shutdown) or deleted. The "
+            "operator then force-deletes it at once, so that its StatefulSet or a new chief "
+            "attempt replaces it; recorded as NodeLost, a disruption that is not counted against "
+            "maxRestarts."
         ),
     )
     checkpoint_before_stop_seconds: int = Field(
-        60,
+        DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS,
         alias="checkpointBeforeStopSeconds",
         ge=0,
         le=3600,

@@ -37,6 +37,7 @@ class ConditionType(enum.StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     NETWORK_POLICY_MISSING = "NetworkPolicyMissing"
     TEMPLATE_OVERRIDDEN = "TemplateOverridden"
+    NODE_LOST = "NodeLost"
     SIZING_WARNING = "SizingWarning"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"

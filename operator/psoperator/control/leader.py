@@ -2,32 +2,43 @@
 replicas that run, only the Lease's holder reconciles jobs.
 
 The holder renews the Lease every `retry` seconds; the others take it over only once it has not
-changed for `duration` seconds by their own clock (when they observed it change, not the renewTime
-written by another machine's clock, which may be skewed). A holder that has not renewed for
-`renew_deadline` seconds (shorter than `duration`) stops reconciling before anyone may take over,
-so two replicas never reconcile at once while both can reach the API; status writes carry the
-resourceVersion they were computed from, so even then a stale replica's write is refused (409).
-A request that never answers (a half-open connection) ends at the renew deadline too: each step is
-bounded by it, and a loop asks `holds` right before it acts.
+changed for `duration` seconds by their own clock, counted from when their read that saw it change
+returned (not from the renewTime written by another machine's clock, which may be skewed, nor from
+when the read was sent: a slow read would start the count early). So the holder may write for
+`renew_deadline` seconds (shorter than `duration`) from when it sent its last renew, and no longer:
+kube.py asks `holds` before each write, so a reconcile's thread that outlived the Lease sends
+nothing more of its plan. A holder that then fails to renew, or finds another holding the Lease,
+has lost it: the process exits, as a controller-runtime manager does, to come back as a standby.
+Status writes also carry the resourceVersion they were computed from, so a write computed from a
+stale read is refused (409).
+
+The election runs on a thread of its own with a client of its own (kube.lease_client: its own
+connection, no retry within a request, each request bounded by the renew deadline): a busy event
+loop, the reconciles' threads and their connections cannot hold a renew up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import math
 import os
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from psoperator.kube import Kube, in_thread
+from psoperator.kube import Kube
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
+# The exit status of a replica that lost the Lease: its container is restarted, and stands by.
+EXIT_LEASE_LOST = 1
 
 
 def identity() -> str:
@@ -112,104 +123,143 @@ class Election:
 
     @property
     def retry(self) -> float:
-        return max(self.duration / 4, 0.5)
+        """How long after each step the next one comes: client-go's defaults' ratio (a 15 s Lease, a
+        2 s retry), so that a renew deadline holds several tries, and a few slow steps in a row
+        (a busy machine) do not lose the Lease."""
+        return max(self.duration * 2 / 15, 0.5)
 
     @property
     def renew_deadline(self) -> float:
         return self.duration * 2 / 3
 
+    @property
+    def request_timeout(self) -> float:
+        """The longest one Lease request may take: the renew deadline. A renew that ends later has
+        lost the Lease, and `holds` stops the writes at the deadline whether its requests answer or
+        not; a shorter bound would only fail renews that still had the time to succeed."""
+        return self.renew_deadline
 
-# A release refused because the Lease changed: at most the one renew in flight, and a margin.
-RELEASE_TRIES = 3
+
+def exit_process() -> None:
+    """What a replica that lost the Lease does: it exits at once, with no clean-up that could write."""
+    logging.shutdown()  # the last lines reach the log first
+    os._exit(EXIT_LEASE_LOST)
 
 
 class Elector:
-    """Holds the Lease while it can: `lead` runs when this replica starts holding it, `follow` when
-    it stops (another holds it, or it could not renew within the renew deadline)."""
+    """Competes for the Lease on a thread of its own (`start`): `lead` is called (on that thread)
+    when this replica starts holding it, `lost` when it loses it (by default the process exits)."""
 
     def __init__(
         self,
         kube: Kube,
         election: Election,
-        lead: Callable[[], Awaitable[None]],
-        follow: Callable[[], Awaitable[None]],
+        lead: Callable[[], object],
+        lost: Callable[[], None] = exit_process,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.kube, self.election, self.lead, self.follow = kube, election, lead, follow
+        self.kube, self.election, self.lead, self.lost, self.clock = kube, election, lead, lost, clock
         self.me = identity()
-        self.clock = LeaseClock()
+        self.seen = LeaseClock()
         self.leading = False
-        self.renewed = 0.0
+        # Until when (by `clock`) this replica may write: its last renew's sending and the renew deadline.
+        self.until = -math.inf
         self.failing = False
+        self._lock = threading.Lock()  # `until` and `leading` change under it, from either thread
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-    async def run(self) -> None:
+    def start(self) -> None:
         log.info(
             "leader election: %s competes for Lease %s/%s",
             self.me,
             self.election.namespace,
             self.election.name,
         )
-        while True:
-            await self.step(time.monotonic())
-            await asyncio.sleep(self.election.retry)
+        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._thread.start()
 
-    async def step(self, now: float) -> None:
-        e = self.election
-        # Bounded as client-go bounds a renew by its RenewDeadline: a request that never answers
-        # (each GET may wait 30 s, and is retried) must not keep this replica leading after the
-        # standby may take over. A leader has what is left of its deadline since its last renew.
-        budget = e.renew_deadline - (now - self.renewed) if self.leading else e.renew_deadline
+    def _run(self) -> None:
         try:
-            async with asyncio.timeout(max(budget, 0.0)):
-                held, lost = await self._try_hold(now)
-            self._told_recovered()
-        except TimeoutError:  # a lost renew: by the time it answers, the Lease may be another's
-            self._tell_failing(f"no answer within the renew deadline ({e.renew_deadline:.1f}s)")
-            held, lost = False, True
-        except Exception as error:  # the API is unreachable or refuses: keep leading until the deadline
-            self._tell_failing(error)
-            held, lost = False, False
-        if held:
-            self.renewed = now
-        within_deadline = self.leading and now - self.renewed < e.renew_deadline
-        await self._become(held or (within_deadline and not lost))
+            while not self._stopping.is_set():
+                self.step()
+                self._stopping.wait(self.election.retry)
+            self._release()
+        finally:
+            self._ended.set_result(None)
 
-    async def _try_hold(self, now: float) -> tuple[bool, bool]:
-        """Write this replica into the Lease if it may: (held, whether another holds it)."""
+    def step(self) -> None:
+        """Read the Lease and renew or take it if this replica may. A leader that finds another
+        holding it, or fails to renew it once its renew deadline has passed, has lost it."""
         e = self.election
-        record = LeaseRecord.parse(await in_thread(self.kube.get_lease, e.namespace, e.name))
-        self.clock.observe(record, now)
-        held = may_hold(record, self.me, self.clock, e.duration, now) and await in_thread(
-            self.kube.write_lease,
-            lease_body(e.name, e.namespace, self.me, e.duration, datetime.now(UTC), record),
-        )
-        return held, not held and record is not None and record.holder not in (None, self.me)
+        try:
+            written, taken = self._try_hold()
+            self._told_recovered()
+        except Exception as error:  # unreachable, refused or no answer in time: tried again next period
+            self._tell_failing(error)
+            written, taken = None, False
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            if written is not None:
+                self.until = written + e.renew_deadline
+            elif self.leading and (taken or not self.holds()):
+                why = "another replica holds it" if taken else f"not renewed within {e.renew_deadline:.1f}s"
+                self._lose(why)
+                return
+            if written is None or self.leading:
+                return
+            self.leading = True
+        log.warning("leader election: %s leads", self.me)
+        self.lead()
 
-    def holds(self, now: float) -> bool:
-        """Whether this replica leads and renewed within the renew deadline by `now`: asked right
-        before a loop acts, since a renew that hangs ends only at the deadline."""
-        return self.leading and now - self.renewed < self.election.renew_deadline
+    def _try_hold(self) -> tuple[float | None, bool]:
+        """Write this replica into the Lease if it may: when the write that did so was sent (None:
+        none did), and whether another holds the Lease. Any other replica counts the Lease from
+        when its read of this write returned, so never before then: writes are safe until that
+        moment plus the renew deadline (the duration being longer)."""
+        e = self.election
+        record = LeaseRecord.parse(self.kube.get_lease(e.namespace, e.name))
+        now = self.clock()  # after the read: it saw the Lease as it is now, not when it was sent
+        self.seen.observe(record, now)
+        if not may_hold(record, self.me, self.seen, e.duration, now):
+            return None, record is not None and record.holder not in (None, self.me)
+        sent = self.clock()
+        body = lease_body(e.name, e.namespace, self.me, e.duration, datetime.now(UTC), record)
+        return (sent if self.kube.write_lease(body) else None), False
 
-    async def _become(self, leading: bool) -> None:
-        if leading == self.leading:
-            return
-        self.leading = leading
-        log.warning("leader election: %s %s", self.me, "leads" if leading else "follows")
-        await (self.lead() if leading else self.follow())
+    def holds(self) -> bool:
+        """Whether this replica may write now: it renewed the Lease within the renew deadline. Asked
+        before every write (kube.Kube.may_write), from any thread: a renew may hang meanwhile."""
+        return self.clock() < self.until
 
-    async def release(self) -> None:
-        """On a clean stop: free the Lease, so that another replica takes over at once. A renew of
-        this replica's own may land between the read and the write (the stop cancelled the election
-        task, not the request its thread had sent): the refused write is tried again."""
+    def _lose(self, why: str) -> None:
+        self.leading, self.until = False, -math.inf
+        self._stopping.set()
+        log.error("leader election lost: %s; %s exits", why, self.me)
+        self.lost()
+
+    async def stop(self) -> None:
+        """On a clean stop: no write of this replica's from now on; the renewing thread ends, freeing
+        the Lease so that another replica takes over at once, and this returns once it did."""
+        with self._lock:
+            self.until = -math.inf
+            self._stopping.set()
+        if self._thread is not None:
+            await asyncio.wrap_future(self._ended)
+
+    def _release(self) -> None:
+        """Free the Lease if this replica holds it: on the renewing thread, after its last renew."""
         if not self.leading:
             return
         e = self.election
-        for _ in range(RELEASE_TRIES):
-            record = LeaseRecord.parse(await in_thread(self.kube.get_lease, e.namespace, e.name))
-            if record is None or record.holder != self.me:
-                return
-            body = lease_body(e.name, e.namespace, "", 1, datetime.now(UTC), record)
-            if await in_thread(self.kube.write_lease, body):
-                return
+        try:
+            record = LeaseRecord.parse(self.kube.get_lease(e.namespace, e.name))
+            if record is not None and record.holder == self.me:
+                self.kube.write_lease(lease_body(e.name, e.namespace, "", 1, datetime.now(UTC), record))
+        except Exception as error:  # the Lease then expires as if this replica had been killed
+            log.warning("leader election: the Lease could not be freed: %s", error)
 
     def _tell_failing(self, error: object) -> None:
         if not self.failing:  # once per outage, not at every retry

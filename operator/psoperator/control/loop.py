@@ -9,8 +9,8 @@ to a span that doubles with each failure in a row), so that jobs failed together
 do not come back together: after an error the job's full read is due, and comes at its turn
 (OperatorState.may_read_periodically), not at once; after a refused status write (409: the job
 changed since it was read) the job is read fresh before the status is written again. The loop ends
-when the job is gone, forgetting it, or when it is cancelled (the job deleted, the Lease lost, the
-operator stopping).
+when the job is gone, forgetting it, or when it is cancelled (the job deleted, the operator
+stopping).
 
 The loops are the operator's own tasks, started and stopped by the job's watch events, not kopf
 daemons: kopf puts a finalizer on every object that has a daemon, and a job with a finalizer cannot
@@ -91,17 +91,12 @@ def drop_loop(state: OperatorState, key: JobKey, loop: asyncio.Task[None] | None
     state.metrics.jobs_managed.set(len(state.looping()))
 
 
-async def lead(state: OperatorState) -> None:
-    """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done)."""
+def lead(state: OperatorState) -> None:
+    """This replica took the Lease: every job it knows gets its loop (a restart was perhaps half done).
+    On the event loop's thread. A replica that loses the Lease exits (control/leader.py)."""
     state.metrics.leader.set(1)
     for key in sorted(state.jobs):
         start_loop(state, key, state.jobs[key].logger)
-
-
-async def follow(state: OperatorState) -> None:
-    """Another replica holds the Lease: no loop of ours may act any more."""
-    state.metrics.leader.set(0)
-    await stop_loops(state)
 
 
 async def stop_loops(state: OperatorState) -> None:

@@ -11,6 +11,13 @@ at most about as long as it took to start it; any answer, even a garbled one, en
 
 A report with a value the job's status cannot keep (contract.ProgressReport.read) is rejected,
 naming the pod and where it came from, and the job is decided without it.
+
+Every request carries the job's chief token (control/chief_key.py), without which a chief that has
+one answers 401: no report, no checkpoint. A chief runs a tenant's code, so its answers are
+untrusted: a redirect is not followed (it would have the operator read, or post a hold to, any
+address the operator's namespace reaches: another job's chief), an answer longer than
+MAX_ANSWER_BYTES is garbled and read no further (one chief must not fill the operator's memory,
+which every job shares), and nothing is decompressed or kept between chiefs (chief_session).
 """
 
 from __future__ import annotations
@@ -33,8 +40,30 @@ from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome
 
 FIRST_WAIT_SECONDS = 5.0
 MAX_WAIT_SECONDS = 300.0
-# The most of an answer of the progress port that is read: a report is a few hundred bytes.
-MAX_REPORT_BYTES = 64 * 1024
+# A report or a checkpoint answer is a few hundred bytes (a termination message holds 4 KiB at most).
+MAX_ANSWER_BYTES = 64 * 1024
+
+
+def chief_session() -> aiohttp.ClientSession:
+    """The session chiefs are asked with: no cookie kept (one chief would set it for the others),
+    no compression (a small gzip body inflates past MAX_ANSWER_BYTES before it is counted)."""
+    return aiohttp.ClientSession(
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        headers={"Accept-Encoding": "identity"},
+    )
+
+
+async def bounded_body(response: aiohttp.ClientResponse) -> bytes | None:
+    """The answer's body; None (read no further) when it is longer than MAX_ANSWER_BYTES."""
+    if (response.content_length or 0) > MAX_ANSWER_BYTES:
+        return None
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(MAX_ANSWER_BYTES):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            return None
+    return bytes(body)
 
 
 @dataclass(frozen=True)
@@ -62,35 +91,41 @@ class NotServing(Exception):
     """Nothing serves the chief's progress port: no connection, or no answer in time."""
 
 
+def _authorization(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 async def fetch_progress(
-    session: aiohttp.ClientSession, pod_ip: str, port: int, timeout: float = 2.0
+    session: aiohttp.ClientSession, pod_ip: str, port: int, token: str | None, timeout: float = 2.0
 ) -> ProgressReport | RejectedReport | None:
-    """The chief's progress report; None when it cannot be had or is no report, rejected when it
-    is no valid one (ProgressReport.read) or longer than MAX_REPORT_BYTES. Raises NotServing when
-    nothing takes the connection (refused, no route) or nothing answers within `timeout` (a hung
-    runtime): either way, asking at every reconcile would cost each one as much."""
+    """The chief's progress report; None when it cannot be had or is no report (a redirect
+    included), rejected when it is no valid one (ProgressReport.read) or longer than
+    MAX_ANSWER_BYTES. Raises NotServing when nothing takes the connection (refused, no route) or
+    nothing answers within `timeout` (a hung runtime): either way, asking at every reconcile would
+    cost each one as much."""
     url = f"http://{pod_ip}:{port}{PROGRESS_PATH}"
+    limit = aiohttp.ClientTimeout(total=timeout)
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+        headers = _authorization(token)
+        async with session.get(url, timeout=limit, allow_redirects=False, headers=headers) as response:
             if response.status != 200:
                 return None
-            body = b""  # up to one byte past the limit, which is enough to tell it was passed
-            while len(body) <= MAX_REPORT_BYTES:
-                chunk = await response.content.read(MAX_REPORT_BYTES + 1 - len(body))
-                if not chunk:  # the end
-                    break
-                body += chunk
+            body = await bounded_body(response)
     except (aiohttp.ClientConnectorError, TimeoutError) as error:
         raise NotServing(url) from error
     except (aiohttp.ClientError, OSError):
         return None
-    if len(body) > MAX_REPORT_BYTES:
-        return RejectedReport(f"longer than {MAX_REPORT_BYTES} bytes")
+    if body is None:
+        return RejectedReport(f"longer than {MAX_ANSWER_BYTES} bytes")
     return ProgressReport.read(body)
 
 
 async def chief_report(
-    session: aiohttp.ClientSession | None, port: int, chief: PodView | None, refusals: Refusals | None
+    session: aiohttp.ClientSession | None,
+    port: int,
+    chief: PodView | None,
+    refusals: Refusals | None,
+    token: str | None,
 ) -> tuple[ProgressReport | RejectedReport | None, Refusals | None]:
     """The chief's report (its termination message once it ended, else from its progress port
     unless the port refused or did not answer lately), and the refusals in a row after this. A
@@ -106,7 +141,7 @@ async def chief_report(
     if not due(refusals, chief.uid, now):
         return None, refusals
     try:
-        report = await fetch_progress(session, chief.ip, port)
+        report = await fetch_progress(session, chief.ip, port, token)
     except NotServing:
         return None, refused(refusals, chief.uid, now)
     return _from(report, f"the progress report of pod {chief.name}"), None
@@ -125,7 +160,11 @@ ANSWER_MARGIN_SECONDS = 5.0
 
 
 async def ask_checkpoint(
-    session: aiohttp.ClientSession | None, port: int, ask: CheckpointAsk, refusals: Refusals | None
+    session: aiohttp.ClientSession | None,
+    port: int,
+    ask: CheckpointAsk,
+    refusals: Refusals | None,
+    token: str | None,
 ) -> CheckpointOutcome:
     """POST the checkpoint request to the chief and wait for its answer, up to the ask's deadline.
     A chief whose progress port refused lately (a plain TensorFlow image) is not asked."""
@@ -136,12 +175,18 @@ async def ask_checkpoint(
     body = {"deadlineSeconds": ask.deadline_seconds, "holdSeconds": ask.hold_seconds}
     timeout = aiohttp.ClientTimeout(total=ask.deadline_seconds + ANSWER_MARGIN_SECONDS)
     try:
-        async with session.post(url, json=body, timeout=timeout) as response:
-            status, text = response.status, await response.read()
+        headers = _authorization(token)
+        posted = session.post(url, json=body, timeout=timeout, allow_redirects=False, headers=headers)
+        async with posted as response:
+            status, text = response.status, await bounded_body(response)
     except TimeoutError:
         return _outcome(ask, None, f"the chief did not answer within {ask.deadline_seconds:g}s")
     except (aiohttp.ClientError, OSError) as error:
         return _outcome(ask, None, f"the chief could not be asked: {error}")
+    if 300 <= status < 400:
+        return _outcome(ask, status, f"the chief answered HTTP {status}, a redirect, which is not followed")
+    if text is None:
+        return _outcome(ask, status, f"the chief's answer (HTTP {status}) is over {MAX_ANSWER_BYTES} bytes")
     answer = CheckpointAnswer.parse(text)
     if answer is None:
         return _outcome(ask, status, f"the chief answered HTTP {status} without a checkpoint answer")

@@ -66,12 +66,12 @@ from psoperator.metrics.readings import read_job
 from psoperator.observe.cache import JobKey, Snapshot
 from psoperator.observe.failures import unexplained
 from psoperator.observe.views import Observed, PodView, build_observed, owned_by, owned_pods, parse_pod
-from psoperator.plan.children import ChildChange, children_fingerprint, plan_children
+from psoperator.plan.children import ChildChange, children_fingerprint, plan_children, with_chief_token
 from psoperator.plan.draft import ReconcilePlan
 from psoperator.plan.stages import plan_reconcile
 from psoperator.policies import node_lost
 from psoperator.policies.queueing import WorkloadPatch
-from psoperator.render import render_children
+from psoperator.render import render_chief_token, render_children
 from psoperator.status.patch import merge_patch
 
 Obj = dict[str, Any]
@@ -207,7 +207,9 @@ async def decide(
     if report is None:
         attempt = int((job.get("status") or {}).get("restarts") or 0)
         port, chief = state.config.progress_port, observed.chief_pod(attempt)
-        given, job_state.refusals = await polling.chief_report(state.session, port, chief, job_state.refusals)
+        given, job_state.refusals = await polling.chief_report(
+            state.session, port, chief, job_state.refusals, chief_token(state, job)
+        )
         report = accepted(job_state, job, given)
     now = datetime.now(UTC)
     tracked = {entry.uid for entry in tracking.values()}
@@ -224,6 +226,7 @@ async def decide(
         now,
         cluster_domain=state.config.cluster_domain,
         operator_namespace=state.config.operator_namespace,
+        operator_pod_labels=state.config.operator_pod_labels,
         checkpoint_outcome=job_state.checkpoint_outcome,
         unmade={ref: message for ref, (_, message) in job_state.unmade.items()},
     )
@@ -244,6 +247,9 @@ async def decide(
         create_missing=plan.create_missing,
         hold_chief=plan.hold_chief,
     )
+    token = chief_token(state, job)
+    if token is not None:
+        changes = with_chief_token(changes, render_chief_token(job, token))
     if not changes and not conflicts:
         job_state.in_sync = inputs
     return Decision(plan, report, changes, conflicts, now, inputs, facts)
@@ -263,6 +269,12 @@ def accepted(
         kopf.warn(job, reason="InvalidProgressReport", message=report.reason)
         job_state.rejected = report
     return None
+
+
+def chief_token(state: OperatorState, job: Obj) -> str | None:
+    """The job's chief token (control/chief_key.py), never logged; None without a key."""
+    key = state.config.chief_key
+    return key.token(job["metadata"]["uid"]) if key is not None else None
 
 
 def never_acted_on(seen: Snapshot | None) -> bool:
@@ -352,8 +364,8 @@ async def act(
         await write_workload_status(state, namespace, plan.workload_patch)
     if plan.ask_checkpoint is not None:  # the stop waits for the answer (up to the ask's deadline)
         port = state.config.progress_port
-        ask, refusals = plan.ask_checkpoint, job_state.refusals
-        job_state.checkpoint_outcome = await polling.ask_checkpoint(state.session, port, ask, refusals)
+        ask, refusals, token = plan.ask_checkpoint, job_state.refusals, chief_token(state, job)
+        job_state.checkpoint_outcome = await polling.ask_checkpoint(state.session, port, ask, refusals, token)
     if plan.delete_job:
         # kopf.event, not kopf.info: kopf posts info only at its INFO posting level (ours is WARNING).
         kopf.event(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from psoperator.contract import DEFAULT_PROGRESS_PORT, RejectedReport
+from psoperator.control.chief_key import ChiefKey
 from psoperator.control.leader import Election, Elector
 from psoperator.control.polling import Refusals
 from psoperator.control.settled import Settled
@@ -39,6 +39,8 @@ class Config:
 
     cluster_domain: str = "cluster.local"
     operator_namespace: str | None = None  # the only one that may read the chiefs' progress port
+    # The labels of the operator's own pods there, (name, value) sorted: the only ones that may.
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
     resync_seconds: float = 10.0
     # The unwoken reconciles of all jobs together, at most, on average: when the jobs' resyncs would
     # come more often, every resync stretches by the same factor (1,000 running jobs at 20: every
@@ -57,6 +59,8 @@ class Config:
     # fresh before acting is not paced.
     fresh_reads_per_second: float = 0.5
     progress_port: int = DEFAULT_PROGRESS_PORT
+    # The key the chiefs' tokens are derived from; None: no token is sent and no Secret made.
+    chief_key: ChiefKey | None = None
     kueue: bool = True  # queue the jobs labelled for it where Kueue is installed (control/kueue.py)
     faults: frozenset[Fault] = frozenset()  # test hooks (faults.py); none in production
 
@@ -104,7 +108,6 @@ class OperatorState:
     # With leader election (several replicas), only the Lease's holder runs the jobs' loops.
     election: Election | None = None
     elector: Elector | None = None
-    election_task: asyncio.Task[None] | None = None
     heap_task: asyncio.Task[None] | None = None  # control/heap.py
     # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
@@ -136,7 +139,7 @@ class OperatorState:
 
     def may_act(self) -> bool:
         """Whether a loop may act now: no election, or the Lease renewed within its renew deadline."""
-        return self.elector is None or self.elector.holds(time.monotonic())
+        return self.elector is None or self.elector.holds()
 
     def job(self, key: JobKey, logger: Any) -> JobState:
         """The job's state, made at its first sight."""

@@ -280,22 +280,31 @@ def parse_job(job: Obj) -> JobView:
     )
 
 
+# Set on a node known to be down (by an admin or a fencing controller): Kubernetes' non-graceful
+# node shutdown (KEP-2268). Its pods may then be force-deleted: none of their containers runs.
+TAINT_OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+
+
 @dataclass(frozen=True)
 class NodeView:
-    """A node's Ready condition ("True", "False", or "Unknown": its kubelet stopped reporting), since when."""
+    """A node's Ready condition ("True", "False", or "Unknown": its kubelet stopped reporting), since
+    when, and whether it is tainted out of service."""
 
     name: str
     ready: str
     since: str | None
+    out_of_service: bool = False
 
 
 def parse_node(node: Obj) -> NodeView:
     conditions = [c for c in _list(_dict(node.get("status")).get("conditions")) if isinstance(c, dict)]
     ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    taints = [t for t in _list(_dict(node.get("spec")).get("taints")) if isinstance(t, dict)]
     return NodeView(
         name=str(_dict(node.get("metadata")).get("name", "")),
         ready=str(ready.get("status") or "Unknown"),
         since=ready.get("lastTransitionTime"),
+        out_of_service=any(t.get("key") == TAINT_OUT_OF_SERVICE for t in taints),
     )
 
 

@@ -29,6 +29,9 @@ class ChildVerb(enum.Enum):
     # (hold_chief) until no older chief pod runs.
     DELETE_REPLACED = "delete-replaced"
     DELETE = "delete"  # owned and no longer wanted (NetworkPolicies switched off)
+    # Created if missing, never read nor changed: the chief's token Secret (the operator may not
+    # read Secrets), with each chief Job.
+    CREATE_ONLY = "create-only"
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,16 @@ def _policy_taken(owner_uid: str, desired: list[Obj], live: dict[tuple[Any, str]
         if manifest["kind"] == "NetworkPolicy" and current is not None and not owned_by(current, owner_uid):
             return True
     return False
+
+
+def with_chief_token(changes: list[ChildChange], secret: Obj) -> list[ChildChange]:
+    """The changes, with the chief's token Secret created just before a chief Job is: its pod mounts it."""
+    made: list[ChildChange] = []
+    for change in changes:
+        if change.verb is ChildVerb.CREATE and _attempt(change.manifest) is not None:  # a chief Job
+            made.append(ChildChange(secret, ChildVerb.CREATE_ONLY))
+        made.append(change)
+    return made
 
 
 def children_fingerprint(owner_uid: str, observed: list[Obj]) -> frozenset[tuple[Any, ...]]:

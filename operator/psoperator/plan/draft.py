@@ -107,6 +107,7 @@ class Draft(Actions):
     operator_namespace: str | None = None
     # The chief's answer to the job's latest checkpoint ask (the protocol keeps it in the JobState).
     checkpoint_outcome: CheckpointOutcome | None = None
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()  # RenderOptions.operator_pod_labels
     requested: Shape | None = None  # the parameter servers, workers and PS resources the spec asks for
     name: str = ""
     queue: str | None = None  # the Kueue LocalQueue the job's label names (queueing.py)
@@ -123,6 +124,7 @@ class Draft(Actions):
         cluster_domain: str,
         operator_namespace: str | None = None,
         checkpoint_outcome: CheckpointOutcome | None = None,
+        operator_pod_labels: tuple[tuple[str, str], ...] = (),
     ) -> Draft:
         raw = job.get("status") or {}
         # Two validations of the same dict: an independent copy at a tenth of a deep copy's cost.
@@ -131,7 +133,15 @@ class Draft(Actions):
         status.observed_generation = meta.get("generation")
         created = parse_time(meta.get("creationTimestamp"))
         draft = cls(
-            old, status, observed, now, created, cluster_domain, operator_namespace, checkpoint_outcome
+            old,
+            status,
+            observed,
+            now,
+            created,
+            cluster_domain,
+            operator_namespace,
+            checkpoint_outcome,
+            operator_pod_labels,
         )
         draft.name, draft.queue = meta.get("name", ""), queueing.queue_of(meta.get("labels"))
         return draft
@@ -156,6 +166,7 @@ class Draft(Actions):
         return RenderOptions(
             cluster_domain=self.cluster_domain,
             operator_namespace=self.operator_namespace,
+            operator_pod_labels=self.operator_pod_labels,
             attempt=self.status.restarts,
             suspended=suspended,
             stopped=stopped,

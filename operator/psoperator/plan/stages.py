@@ -222,14 +222,21 @@ def detect_success(spec: PSTrainingJobSpec, d: Draft) -> bool:
 
 
 def force_delete_lost_pods(spec: PSTrainingJobSpec, d: Draft) -> bool:
-    """Pods whose node has been lost for nodeLostTimeoutSeconds are force-deleted, and marked so
-    that recovery records NodeLost and restarts per the matrix."""
-    lost, due = node_lost.lost_pods(spec, d.observed, d.now)
-    d.wake_in(due)
-    if lost:
-        by_uid = {p.uid: p for p in lost}
+    """Pods on a fenced node (gone, or out of service) are force-deleted, and marked so that
+    recovery records NodeLost and restarts per the matrix; pods on a node lost for
+    nodeLostTimeoutSeconds that is not fenced stay, told in the NodeLost condition."""
+    loss = node_lost.lost_pods(spec, d.observed, d.now)
+    d.wake_in(loss.due)
+    if loss.fenced:
+        by_uid = {p.uid: p for p in loss.fenced}
         d.observed = replace(d.observed, pods=[by_uid.get(p.uid, p) for p in d.observed.pods])
-        d.delete_pods += [PodDeletion(p.name, p.uid, 0) for p in lost]
+        d.delete_pods += [PodDeletion(p.name, p.uid, 0) for p in loss.fenced]
+    if loss.stranded:
+        message = node_lost.describe(loss.stranded)
+        event = Event("Warning", "NodeLost", message)
+        d.condition(ConditionType.NODE_LOST, True, "AwaitingFence", message, event=event)
+    elif is_true(d.status.conditions, ConditionType.NODE_LOST):
+        d.condition(ConditionType.NODE_LOST, False, "NoPodStranded", "no pod of the job is on a lost node")
     return GO_ON
 
 
@@ -533,12 +540,15 @@ def plan_reconcile(
     *,
     cluster_domain: str = "cluster.local",
     operator_namespace: str | None = None,
+    operator_pod_labels: tuple[tuple[str, str], ...] = (),
     checkpoint_outcome: CheckpointOutcome | None = None,
     unmade: Mapping[str, str] | None = None,
 ) -> ReconcilePlan:
     """The decision of one reconcile; `unmade`: the children the last changes could not make
     ("Kind/name" -> why)."""
-    d = Draft.start(job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome)
+    d = Draft.start(
+        job, observed, now, cluster_domain, operator_namespace, checkpoint_outcome, operator_pod_labels
+    )
     d.unmade = unmade or {}
     try:
         spec = PSTrainingJobSpec.model_validate(job.get("spec") or {})

@@ -7,7 +7,7 @@ correct recovery is to restart the chief, which restores every variable from the
 | observed (the first row that matches decides)             | action                     | counted     |
 |------------------------------------------------------------|----------------------------|-------------|
 | chief or PS cannot start for the grace period              | FAIL StartupError          |             |
-| a pod on a lost node (node_lost.py force-deletes it): NodeLost, a disruption, then as its role:  |
+| a pod on a fenced node (node_lost.py force-deletes it): NodeLost, a disruption, then as its role:|
 |   PS or chief -> RESTART_FROM_CHECKPOINT, worker -> RECORD | (rows below)               | no          |
 | PS failed, deleted, evicted, or restarted in place         | RESTART_FROM_CHECKPOINT    | yes** (a)   |
 |   (only RECORD before every PS ran with the current chief) |                            |             |

@@ -19,6 +19,7 @@ from psoperator.api.models import Admission, PSTrainingJobSpec, Shape
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
 from psoperator.policies.resize import requested, with_shape
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
+from psoperator.render.names import CHIEF_TOKEN_KEY, chief_token_secret_name, job_labels
 from psoperator.render.networkpolicy import render_network_policies
 from psoperator.render.pod import Manifest, render_pod_template, role_templates
 from psoperator.render.services import render_service
@@ -26,7 +27,7 @@ from psoperator.render.statefulsets import render_statefulset
 from psoperator.render.tfconfig import cluster_spec, fits_environment, render_tf_config_map, tf_config
 from psoperator.render.workload import pod_set, render_workload, with_admission
 
-__all__ = ["Manifest", "RenderOptions", "changeable", "render_children", "spec_hash"]
+__all__ = ["Manifest", "RenderOptions", "changeable", "render_chief_token", "render_children", "spec_hash"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class RenderOptions:
     # The operator's own namespace, which alone may read the chief's progress port; None (run out of
     # cluster without --operator-namespace): no namespace may.
     operator_namespace: str | None = None
+    # The labels of the operator's own pods there, (name, value) sorted: only they may; none: any pod
+    # of the namespace may.
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
     # The parameter servers, workers and PS resources of the attempt that runs (status.shape), when
     # the spec asks for others: a resize waits for its checkpoint, then a new attempt gets the new shape.
     shape: Shape | None = None
@@ -129,9 +133,31 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     if spec.network_policy.enabled:
         # The renderer gives every chief DEFAULT_PROGRESS_PORT as its PSOP_PROGRESS_PORT.
         port, progress = spec.port, DEFAULT_PROGRESS_PORT
-        children += render_network_policies(name, namespace, port, progress, opts.operator_namespace)
+        children += render_network_policies(
+            name, namespace, port, progress, opts.operator_namespace, opts.operator_pod_labels
+        )
     owner = _owner_reference(job)
     return [_finish(child, owner) for child in children]
+
+
+def render_chief_token(job: Manifest, token: str) -> Manifest:
+    """The Secret holding the job's chief token, which the chief's trainer mounts (pod.py): made
+    with each chief Job, never read back nor changed (the token of a job never changes)."""
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": chief_token_secret_name(name),
+            "namespace": namespace,
+            "labels": job_labels(name, "chief-token"),
+            "ownerReferences": [_owner_reference(job)],
+        },
+        "type": "Opaque",
+        # The kubelet need not watch it for changes.
+        "immutable": True,
+        "stringData": {CHIEF_TOKEN_KEY: token},
+    }
 
 
 _RESTART_POLICIES = {

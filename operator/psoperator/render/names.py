@@ -13,6 +13,10 @@ CHECKPOINT_VOLUME = "psoperator-checkpoint"
 TF_CONFIG_VOLUME = "psoperator-tf-config"
 TF_CONFIG_DIR = "/etc/psoperator/tf-config"
 TF_CONFIG_FILE = "cluster.json"
+# The chief's token (control/chief_key.py): the job's Secret, mounted in the chief's trainer alone.
+CHIEF_TOKEN_VOLUME = "psoperator-chief-token"
+CHIEF_TOKEN_DIR = "/var/run/secrets/psoperator.io/chief-token"
+CHIEF_TOKEN_KEY = "token"
 
 
 def child_name(job_name: str, role: Role) -> str:
@@ -38,6 +42,10 @@ def task_address(job_name: str, namespace: str, role: Role, index: int, port: in
 
 def tf_config_map_name(job_name: str) -> str:
     return f"{job_name}-tf-config"
+
+
+def chief_token_secret_name(job_name: str) -> str:
+    return f"{job_name}-chief-token"
 
 
 def selector_labels(job_name: str, role: Role) -> dict[str, str]:

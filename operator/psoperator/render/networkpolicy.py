@@ -1,5 +1,6 @@
 """NetworkPolicies: TensorFlow's gRPC has no authentication, so a job's pods take connections only
-from the job's own pods, and the chief's progress report only from the operator's namespace.
+from the job's own pods, and the chief's progress port only from the operator's own pods (its
+namespace and its pods' labels; the namespace alone when the operator is not told its labels).
 
 Policies only allow: the job's pods accept nothing else (egress is left alone), and a user who
 needs more (TensorBoard, a metrics scrape) adds a policy of their own, which adds to these. Traffic
@@ -53,12 +54,20 @@ def policy_names(job_name: str, operator_namespace: str | None) -> list[str]:
 
 
 def render_network_policies(
-    job_name: str, namespace: str, port: int, progress_port: int, operator_namespace: str | None
+    job_name: str,
+    namespace: str,
+    port: int,
+    progress_port: int,
+    operator_namespace: str | None,
+    operator_pod_labels: tuple[tuple[str, str], ...] = (),
 ) -> list[Manifest]:
     """The peers' policy and, where the operator has a namespace of its own, the progress port's."""
     policies = [render_peer_policy(job_name, namespace, port)]
     if operator_namespace:
-        policies.append(render_progress_policy(job_name, namespace, progress_port, operator_namespace))
+        progress = render_progress_policy(
+            job_name, namespace, progress_port, operator_namespace, operator_pod_labels
+        )
+        policies.append(progress)
     return policies
 
 
@@ -69,10 +78,18 @@ def render_peer_policy(job_name: str, namespace: str, port: int) -> Manifest:
 
 
 def render_progress_policy(
-    job_name: str, namespace: str, progress_port: int, operator_namespace: str
+    job_name: str,
+    namespace: str,
+    progress_port: int,
+    operator_namespace: str,
+    operator_pod_labels: tuple[tuple[str, str], ...] = (),
 ) -> Manifest:
-    """The chief's progress port, from the operator's namespace only: the operator reads it."""
-    operator = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}}
+    """The chief's progress port, from the operator's pods only: they read it. Both selectors in one
+    peer: pods with these labels in that namespace, not any pod there (a tenant may run pods in the
+    operator's namespace, or be let in through another of its workloads)."""
+    operator: Manifest = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}}
+    if operator_pod_labels:
+        operator["podSelector"] = {"matchLabels": dict(operator_pod_labels)}
     ingress = [{"from": [operator], "ports": _tcp(progress_port)}]
     chief = selector_labels(job_name, Role.CHIEF)
     return _policy(job_name, namespace, _progress_name(job_name), chief, ingress)

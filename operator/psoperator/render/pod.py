@@ -18,9 +18,13 @@ from psoperator.api.models import PSTrainingJobSpec
 from psoperator.contract import Role
 from psoperator.render.names import (
     CHECKPOINT_VOLUME,
+    CHIEF_TOKEN_DIR,
+    CHIEF_TOKEN_KEY,
+    CHIEF_TOKEN_VOLUME,
     TF_CONFIG_DIR,
     TF_CONFIG_FILE,
     TF_CONFIG_VOLUME,
+    chief_token_secret_name,
     child_labels,
     child_name,
     tf_config_map_name,
@@ -73,6 +77,15 @@ def contract_env(
     else:  # last: it may reference $(PSOP_TASK_INDEX), which must be defined before it
         env.append({"name": contract.ENV_TF_CONFIG, "value": tf_config})
     return env
+
+
+def chief_env(spec: PSTrainingJobSpec) -> list[Manifest]:
+    """What the chief's trainer container alone gets besides the contract's environment."""
+    seconds = spec.failure_policy.checkpoint_before_stop_seconds
+    return [
+        {"name": contract.ENV_CHECKPOINT_BEFORE_STOP_SECONDS, "value": str(seconds)},
+        {"name": contract.ENV_CHIEF_TOKEN_FILE, "value": f"{CHIEF_TOKEN_DIR}/{CHIEF_TOKEN_KEY}"},
+    ]
 
 
 _OWN_ENV = frozenset(contract.INJECTED_ENV)
@@ -130,14 +143,19 @@ def trainer_container_name(template: Manifest) -> str | None:
     return str(names[0]) if names else None
 
 
-_OWN_VOLUMES = frozenset({CHECKPOINT_VOLUME, TF_CONFIG_VOLUME})
+_OWN_VOLUMES = frozenset({CHECKPOINT_VOLUME, TF_CONFIG_VOLUME, CHIEF_TOKEN_VOLUME})
 
 
 def _our_volumes(
-    spec: PSTrainingJobSpec, job_name: str, tf_config: str | None, pod_spec: Manifest
-) -> list[Manifest]:
-    """Put the checkpoint volume and, without `tf_config`, the job's TF_CONFIG ConfigMap into the
-    pod spec (replacing any of the same name); return the mounts every container gets."""
+    spec: PSTrainingJobSpec, job_name: str, role: Role, tf_config: str | None, pod_spec: Manifest
+) -> tuple[list[Manifest], list[Manifest]]:
+    """Put the checkpoint volume, without `tf_config` the job's TF_CONFIG ConfigMap, and in the
+    chief its token's Secret into the pod spec (replacing any of the same name); return the mounts
+    every container gets, and those the trainer alone gets.
+
+    The Secret is optional: a chief whose Secret could not be made (the operator's RBAC lacks it,
+    and says so in a ChildRejected event) still trains; its progress port then answers nobody.
+    """
     volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in _OWN_VOLUMES]
     mounts: list[Manifest] = []
     if spec.checkpoint.volume is not None and not is_uri(spec.checkpoint.dir):
@@ -146,9 +164,14 @@ def _our_volumes(
     if tf_config is None:
         volumes.append({"name": TF_CONFIG_VOLUME, "configMap": {"name": tf_config_map_name(job_name)}})
         mounts.append({"name": TF_CONFIG_VOLUME, "mountPath": TF_CONFIG_DIR, "readOnly": True})
+    trainer_mounts: list[Manifest] = []
+    if role is Role.CHIEF:
+        secret = {"secretName": chief_token_secret_name(job_name), "optional": True}
+        volumes.append({"name": CHIEF_TOKEN_VOLUME, "secret": secret})
+        trainer_mounts.append({"name": CHIEF_TOKEN_VOLUME, "mountPath": CHIEF_TOKEN_DIR, "readOnly": True})
     if volumes or "volumes" in pod_spec:
         pod_spec["volumes"] = volumes
-    return mounts
+    return mounts, trainer_mounts
 
 
 def render_pod_template(
@@ -183,16 +206,19 @@ def render_pod_template(
     pod_spec.setdefault("automountServiceAccountToken", False)
 
     env = contract_env(spec, job_name, role, index, tf_config)
-    mounts = _our_volumes(spec, job_name, tf_config, pod_spec)
+    mounts, trainer_mounts = _our_volumes(spec, job_name, role, tf_config, pod_spec)
     containers: list[Manifest] = pod_spec.setdefault("containers", [])
     for container in containers:
         if not container.get("image") and spec.image:
             container["image"] = spec.image
-        container["env"] = _merge_env(env, container.get("env", []))
+        is_trainer = container.get("name") == trainer
+        own = env + chief_env(spec) if role is Role.CHIEF and is_trainer else env
+        container["env"] = _merge_env(own, container.get("env", []))
         _without_our_port_names(container)
         theirs = [m for m in container.get("volumeMounts", []) if m.get("name") not in _OWN_VOLUMES]
-        if theirs or mounts or "volumeMounts" in container:
-            container["volumeMounts"] = theirs + mounts
+        ours = mounts + trainer_mounts if is_trainer else mounts
+        if theirs or ours or "volumeMounts" in container:
+            container["volumeMounts"] = theirs + ours
         if container.get("name") == trainer:
             # The trainer serves the task's gRPC port and, in the chief, the progress report.
             if role is not Role.EVALUATOR:

@@ -4,13 +4,15 @@ The manifests come from psoperator.render.render_children, the same code path as
 each pod's environment and arguments are resolved as the kubelet would (kubelet.py), and each
 task runs in its own network namespace (netns.py) under its Kubernetes DNS name. What the kubelet
 would mount is simulated by a path substitution: the container's termination-message file becomes
-a file in the work directory.
+a file in the work directory, and so does the chief's token (the Secret the operator makes), which
+every request to the chief's progress port carries.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ import psutil
 
 from psoperator.contract import (
     CHECKPOINT_PATH,
+    ENV_CHIEF_TOKEN_FILE,
     ENV_TERMINATION_MESSAGE_PATH,
     TERMINATION_MESSAGE_PATH,
     CheckpointAnswer,
@@ -115,6 +118,7 @@ class LocalCluster:
         self.job = job
         self.workdir = workdir
         self.network = network
+        self.token = secrets.token_hex(32)  # the chief's, as the operator would derive it
         self.pods = self._pods(job, RenderOptions())
         self.processes: dict[str, Process] = {}
         self._starts = 0
@@ -147,6 +151,10 @@ class LocalCluster:
         if env.get(ENV_TERMINATION_MESSAGE_PATH) == mounted:
             pod.termination_path = self.workdir / f"{key}.termination-log"
             env[ENV_TERMINATION_MESSAGE_PATH] = str(pod.termination_path)
+        if ENV_CHIEF_TOKEN_FILE in env:  # the kubelet mounts the job's token Secret
+            token_file = self.workdir / f"{key}.token"
+            token_file.write_text(self.token)
+            env[ENV_CHIEF_TOKEN_FILE] = str(token_file)
         pod.env = env
         pod.argv = container_argv(container, env, ENTRYPOINT)
         return pod
@@ -185,25 +193,31 @@ class LocalCluster:
         self.processes[key] = process
         return process
 
+    @property
+    def _authorization(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
     def progress(self, key: str = "chief-0") -> ProgressReport | None:
         """The chief's GET /progress, or None while it does not answer."""
         port = int(self.pods[key].env.get("PSOP_PROGRESS_PORT", "8470"))
         try:
-            status, body = self.network.http_get(key, port, "/progress")
+            status, body = self.network.http_get(key, port, "/progress", headers=self._authorization)
         except OSError:
             return None
         return ProgressReport.parse(body) if status == 200 else None
 
     def get(self, key: str, path: str) -> tuple[int, bytes]:
         port = int(self.pods[key].env.get("PSOP_PROGRESS_PORT", "8470"))
-        status, body = self.network.http_get(key, port, path)
+        status, body = self.network.http_get(key, port, path, headers=self._authorization)
         return status, body
 
     def checkpoint(self, timeout: float, **params: float) -> tuple[int, CheckpointAnswer]:
         """POST the chief's /checkpoint with these query parameters; the status and the answer."""
         port = int(self.pods["chief-0"].env.get("PSOP_PROGRESS_PORT", "8470"))
         path = f"{CHECKPOINT_PATH}?{urlencode(params)}"
-        status, body = self.network.http_request("chief-0", port, "POST", path, timeout=timeout)
+        status, body = self.network.http_request(
+            "chief-0", port, "POST", path, timeout=timeout, headers=self._authorization
+        )
         answer = CheckpointAnswer.parse(body)
         if answer is None:
             raise AssertionError(f"POST {path} answered {status} with {body!r}")

@@ -108,12 +108,21 @@ class PrivateNetwork:
             start_new_session=True,
         )
 
-    def http_get(self, key: str, port: int, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    def http_get(
+        self, key: str, port: int, path: str, timeout: float = 2.0, headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
         """GET http://<task>:<port><path> from inside the task's own namespace (its loopback)."""
-        return self.http_request(key, port, "GET", path, timeout=timeout)
+        return self.http_request(key, port, "GET", path, timeout=timeout, headers=headers)
 
     def http_request(
-        self, key: str, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 2.0
+        self,
+        key: str,
+        port: int,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        timeout: float = 2.0,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """One HTTP request to <task>:<port> from inside the task's own namespace (its loopback)."""
         result: dict[str, Any] = {}
@@ -123,7 +132,7 @@ class PrivateNetwork:
                 _enter_netns(self.hosts[key].netns)
                 connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
                 try:
-                    connection.request(method, path, body=body)
+                    connection.request(method, path, body=body, headers=headers or {})
                     response = connection.getresponse()
                     result["value"] = (response.status, response.read())
                 finally:

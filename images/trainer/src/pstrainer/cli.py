@@ -26,7 +26,7 @@ from pstrainer.exits import (
     watch_sigterm,
 )
 from pstrainer.ondemand import CheckpointRequests, checkpoint_before_exit
-from pstrainer.progress import ProgressServer, ProgressTracker, write_termination_message
+from pstrainer.progress import ProgressServer, ProgressTracker, read_token, write_termination_message
 
 log = logging.getLogger("pstrainer")
 
@@ -84,6 +84,15 @@ def _prepare_termination(config: TrainerConfig, exiter: Exiter, requests: Checkp
         exiter.before_termination(keep_serving(config.ps_drain_seconds))
 
 
+def _access(token_file: str | None) -> str:
+    """Who the progress port answers, for the log."""
+    if token_file is None:
+        return f"to anyone ({contract.ENV_CHIEF_TOKEN_FILE} is not set)"
+    if read_token(token_file) is None:
+        return f"to nobody until {token_file} holds the job's token"
+    return f"to the holder of the token in {token_file}"
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     block_sigterm()
     exiter = Exiter()
@@ -118,13 +127,20 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     _prepare_termination(config, exiter, requests)
     try:
         if config.role is Role.CHIEF:
-            server = ProgressServer(tracker, config.progress_port, requests=requests).start()
+            server = ProgressServer(
+                tracker,
+                config.progress_port,
+                requests=requests,
+                max_hold_seconds=config.checkpoint_before_stop_seconds,
+                token_file=config.chief_token_file,
+            ).start()
             log.info(
-                "progress on port %d (%s, %s, POST %s)",
+                "progress on port %d (%s, %s, POST %s), %s",
                 server.port,
                 contract.PROGRESS_PATH,
                 contract.METRICS_PATH,
                 contract.CHECKPOINT_PATH,
+                _access(config.chief_token_file),
             )
         code, message = _run_role(config, exiter, tracker, requests)
     except BaseException as exc:

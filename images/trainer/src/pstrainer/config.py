@@ -58,6 +58,10 @@ class TrainerConfig:
     checkpoint_interval_seconds: float | None
     connect_timeout_seconds: float
     progress_port: int
+    # The longest hold a checkpoint request over HTTP gets (the job's checkpointBeforeStopSeconds).
+    checkpoint_before_stop_seconds: float
+    # The file of the token a request to the progress port must carry; None: none needed.
+    chief_token_file: str | None
     # Unset outside Kubernetes: then no termination message is written.
     termination_message_path: str | None
     job_name: str
@@ -289,6 +293,13 @@ def load_config(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
             env, contract.ENV_CONNECT_TIMEOUT_SECONDS, _positive_float, DEFAULT_CONNECT_TIMEOUT_SECONDS
         ),
         progress_port=port,
+        chief_token_file=env.get(contract.ENV_CHIEF_TOKEN_FILE) or None,
+        checkpoint_before_stop_seconds=_env_number(
+            env,
+            contract.ENV_CHECKPOINT_BEFORE_STOP_SECONDS,
+            _non_negative_float,
+            float(contract.DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS),
+        ),
         termination_message_path=env.get(contract.ENV_TERMINATION_MESSAGE_PATH) or None,
         job_name=env.get(contract.ENV_JOB_NAME, ""),
         namespace=env.get(contract.ENV_NAMESPACE, ""),

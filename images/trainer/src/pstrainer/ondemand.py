@@ -86,6 +86,8 @@ class CheckpointRequests:
             CheckpointStatus.REFUSED,
             CheckpointAnswer(reason="the chief is not training yet"),
         )
+        # The step of the checkpoint the latest hold counts from, and when it was first answered.
+        self._held: tuple[int | None, float] | None = None
 
     def ask(self, params: CheckpointRequest, reply: Callable[[Outcome], None]) -> None:
         """Queue a request, wait for its outcome up to its deadline and pass it to reply (any thread)."""
@@ -121,8 +123,13 @@ class CheckpointRequests:
             self._closed = None
 
     def serve(self, handle: Callable[[], Outcome]) -> None:
-        """Answer every queued request (loop thread), then hold as long as one that was saved
-        asked, answering the requests that come meanwhile."""
+        """Answer every queued request (loop thread), then hold as long as one answered with a
+        checkpoint asked, answering the requests that come meanwhile.
+
+        A hold counts from the first answer at its checkpoint (the save's end, when it saved): a
+        request answered by the same checkpoint later (saved=false) does not extend it, so asking
+        again and again cannot stop training for good; a step is trained before the next hold.
+        """
         hold_until = time.monotonic()
         while True:
             with self._lock:
@@ -137,8 +144,14 @@ class CheckpointRequests:
             for request in taken:
                 outcome = handle()
                 self._answer(request, outcome)
-                if outcome[0] is CheckpointStatus.SAVED:  # counted from the save's end
-                    hold_until = max(hold_until, time.monotonic() + request.params.hold_seconds)
+                if outcome[0] is CheckpointStatus.SAVED:
+                    hold_until = max(hold_until, self._hold_start(outcome[1]) + request.params.hold_seconds)
+
+    def _hold_start(self, answer: CheckpointAnswer) -> float:
+        """When the hold of the answer's checkpoint counts from: its first answer."""
+        if self._held is None or self._held[0] != answer.checkpoint_step:
+            self._held = (answer.checkpoint_step, time.monotonic())
+        return self._held[1]
 
     def close(self, outcome: Outcome) -> None:
         """Training is over (loop thread): answer what is queued and every later request with the
