@@ -44,6 +44,13 @@ ENV_CHECKPOINT_INTERVAL_SECONDS = "PSOP_CHECKPOINT_INTERVAL_SECONDS"
 ENV_CONNECT_TIMEOUT_SECONDS = "PSOP_CONNECT_TIMEOUT_SECONDS"
 ENV_PROGRESS_PORT = "PSOP_PROGRESS_PORT"
 ENV_TERMINATION_MESSAGE_PATH = "PSOP_TERMINATION_MESSAGE_PATH"
+# The store of an s3:// checkpoint directory (spec.checkpoint.s3), for the roles that touch it, under
+# the AWS SDKs' names (the addressing style has none), which the trainer's s3:// filesystem reads.
+ENV_S3_ENDPOINT = "AWS_ENDPOINT_URL_S3"
+ENV_S3_REGION = "AWS_REGION"
+ENV_S3_ADDRESSING_STYLE = "S3_ADDRESSING_STYLE"
+ENV_S3_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+ENV_S3_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
 
 # The chief serves GET /progress (ProgressReport as JSON) and GET /metrics (Prometheus) here.
 DEFAULT_PROGRESS_PORT = 8470

@@ -159,9 +159,7 @@ def test_the_catalogue_cases_a_cel_rule_catches_are_caught_offline(case: BadInpu
     assert any(all(words in text for words in case.expected) for text in said), said
 
 
-@pytest.mark.parametrize(
-    "directory", ["/checkpoints", "gs://bucket/run-1", "s3://bucket", "hdfs://nn:8020/ckpt"]
-)
+@pytest.mark.parametrize("directory", ["/checkpoints", "gs://bucket/run-1", "s3://bucket"])
 def test_checkpoint_dir_forms_that_are_accepted(directory: str) -> None:
     assert validate(job(checkpoint={"dir": directory})) == []
 

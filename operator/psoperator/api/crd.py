@@ -272,16 +272,35 @@ VALIDATIONS: dict[tuple[str, ...], list[Rule]] = {
         Rule(
             "!has(self.volume) || self.dir.startsWith('/')",
             "spec.checkpoint.volume needs spec.checkpoint.dir to be an absolute path: the volume is "
-            "mounted at that path, and a gs://, s3:// or hdfs:// URI is not one",
+            "mounted at that path, and a gs:// or s3:// URI is not one",
             field_path=".volume",
+        ),
+        Rule(
+            "!has(self.s3) || self.dir.startsWith('s3://')",
+            "spec.checkpoint.s3 needs spec.checkpoint.dir to be an s3:// URI: it says how the pods "
+            "reach that store",
+            field_path=".s3",
         ),
     ],
     ("spec", "checkpoint", "dir"): [
         Rule(
             "self.startsWith('/') || self.matches('^(gs|s3|hdfs)://[^/]+')",
             "spec.checkpoint.dir must be an absolute path inside the pods (starting with /) or a "
-            "gs://, s3:// or hdfs:// URI naming a bucket or host: a relative path would depend on "
-            "each container's working directory",
+            "gs:// or s3:// URI naming a bucket: a relative path would depend on each container's "
+            "working directory",
+        ),
+        Rule(
+            "!self.startsWith('hdfs://')",
+            "spec.checkpoint.dir: hdfs:// is not supported: TensorFlow has no HDFS filesystem since "
+            "2.6 (it moved to tensorflow-io, which has no release for this TensorFlow); use s3:// "
+            "(any S3-compatible store), gs:// or a ReadWriteMany volume",
+        ),
+    ],
+    ("spec", "checkpoint", "s3", "endpoint"): [
+        Rule(
+            "self.matches('^https?://[^/?#]+/?$')",
+            "spec.checkpoint.s3.endpoint must be the store's URL, http://host[:port] or "
+            "https://host[:port], without a path: the bucket comes from spec.checkpoint.dir",
         ),
     ],
     ("spec", "scheduling"): [
