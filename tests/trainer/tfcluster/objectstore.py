@@ -60,9 +60,11 @@ def start_store(
     output: IO[Any],
     prefix: Sequence[str] = (),
     answers: Callable[[str, int], bool] = _answers,
-    timeout: float = 120.0,
+    timeout: float = 180.0,
+    bind: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], Store]:
-    """`weed server` on `ip` (run behind `prefix`, e.g. `ip netns exec NS`), ready, with `bucket`."""
+    """`weed server` at `ip`, listening on `bind` (`ip` by default), run behind `prefix` (e.g.
+    `ip netns exec NS`), ready, with `bucket`."""
     if not WEED.exists():
         raise FileNotFoundError(f"{WEED} is not built: run e2e/cluster/build.sh seaweedfs")
     data = workdir / "weed"
@@ -70,7 +72,7 @@ def start_store(
     config = workdir / "s3.json"
     config.write_text(json.dumps(identities()))
     argv = [
-        *prefix, str(WEED), "server", f"-ip={ip}", f"-ip.bind={ip}", f"-dir={data}",
+        *prefix, str(WEED), "server", f"-ip={ip}", f"-ip.bind={bind or ip}", f"-dir={data}",
         f"-master.port={MASTER_PORT}", f"-volume.port={VOLUME_PORT}", "-volume.max=0",
         "-master.volumeSizeLimitMB=64", "-filer", f"-filer.port={FILER_PORT}",
         "-s3", f"-s3.port={S3_PORT}", f"-s3.config={config}",
