@@ -364,8 +364,29 @@ CREATE: tuple[BadInput, ...] = (
         "checkpoint-uri-without-bucket",
         "spec.checkpoint.dir",
         "gs://",
-        ("spec.checkpoint.dir", "naming a bucket or host"),
+        ("spec.checkpoint.dir", "naming a bucket"),
         cel("spec.checkpoint.dir"),
+    ),
+    BadInput(
+        "checkpoint-hdfs",
+        "spec.checkpoint.dir",
+        "hdfs://namenode:8020/ckpt",
+        ("spec.checkpoint.dir", "hdfs:// is not supported"),
+        cel("spec.checkpoint.dir"),
+    ),
+    BadInput(
+        "checkpoint-s3-settings-for-a-path",
+        "spec.checkpoint.s3",
+        {"endpoint": "http://store:8333"},
+        ("spec.checkpoint.s3", "s3:// URI"),
+        cel("spec.checkpoint"),
+    ),
+    BadInput(
+        "checkpoint-s3-endpoint-with-path",
+        "spec.checkpoint",
+        {"dir": "s3://bucket/ckpt", "s3": {"endpoint": "http://store:8333/bucket"}},
+        ("spec.checkpoint.s3.endpoint", "without a path"),
+        cel("spec.checkpoint.s3.endpoint"),
     ),
     BadInput(
         "checkpoint-volume-with-uri",
@@ -485,7 +506,7 @@ CREATE: tuple[BadInput, ...] = (
         (
             "spec.chief.template.spec.containers[0].env[0]",
             "must not set",
-            "PSOP_PROGRESS_PORT",
+            "a PSOP_ variable",
             "the operator",
         ),
         cel("spec.chief.template.spec.containers[*].env[*]"),
@@ -505,7 +526,7 @@ CREATE: tuple[BadInput, ...] = (
                 "spec": {"containers": [{**CONTAINER, "env": [{"name": "PSOP_ROLE", "value": "chief"}]}]}
             }
         },
-        ("spec.evaluator.template.spec.containers[0].env[0]", "must not set", "PSOP_ROLE"),
+        ("spec.evaluator.template.spec.containers[0].env[0]", "must not set", "a PSOP_ variable"),
         cel("spec.evaluator.template.spec.containers[*].env[*]"),
     ),
     BadInput(
@@ -540,7 +561,7 @@ CREATE: tuple[BadInput, ...] = (
         "host-network",
         "spec.worker.template.spec.hostNetwork",
         True,
-        ("spec.worker.template.spec.hostNetwork", "must not be true", "NetworkPolicies", "node's address"),
+        ("spec.worker.template.spec.hostNetwork", "must not be true", "NetworkPolicies", "node's network"),
         cel("spec.worker.template.spec"),
     ),
 )

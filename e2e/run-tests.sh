@@ -26,8 +26,12 @@ trap timings EXIT
 # All at once, so that their time shows in the table (the scripts below install what they use, for
 # the demo): iproute2: network namespaces of the TensorFlow tests; docker.io (dockerd, containerd,
 # runc): image builds and kind's nodes; jq: runc-without-sys-resource; mmdebstrap: the images' and
-# the kind node's bases; gcc and libc6-dev: the pause image; python3-venv: the virtual environment.
-system_packages() { need_packages iproute2 docker.io jq mmdebstrap gcc libc6-dev python3-venv; }
+# the kind node's bases; gcc and libc6-dev: the pause image; python3-venv: the virtual environment;
+# g++, make and libcurl4-openssl-dev: the trainer's s3:// filesystem plugin, which the TensorFlow
+# tests build (images/trainer/s3fs).
+system_packages() {
+  need_packages iproute2 docker.io jq mmdebstrap gcc libc6-dev python3-venv g++ make libcurl4-openssl-dev
+}
 
 python_packages() {  # into the project's virtual environment (e2e/venv.sh), put first on PATH
   project_venv -e '.[operator,dev,docs]' -e images/trainer
@@ -41,7 +45,8 @@ lint() {
   mypy &&
   docs_site &&
   hadolint Dockerfile images/trainer/Dockerfile images/tensorflow/Dockerfile images/kueue/Dockerfile \
-    examples/plain-tf/Dockerfile e2e/cluster/kind/node.Dockerfile e2e/cluster/kind/component.Dockerfile
+    images/seaweedfs/Dockerfile examples/plain-tf/Dockerfile e2e/cluster/kind/node.Dockerfile \
+    e2e/cluster/kind/component.Dockerfile
 }
 
 # The documentation site, built where the checkout is not: a broken link, a missing anchor or a page
@@ -88,4 +93,5 @@ step "binaries: control plane, CoreDNS, kube-router, helm, prometheus, kind, kub
 step "kind node image (mmdebstrap, component images)" e2e/cluster/kindnode.sh
 step "images: base (mmdebstrap), operator, trainer" images/build.sh
 step "Kueue: its manager (Go) and image" images/build.sh kueue
+step "SeaweedFS (the S3 store of the s3:// tests): its weed (Go) and image" images/build.sh seaweedfs
 step "tests (pytest)" pytest_all "$@"

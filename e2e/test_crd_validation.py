@@ -175,7 +175,7 @@ def test_kubectl_explain_reaches_into_the_template(kubeconfig: Path, crd: str) -
         return result.stdout if result.returncode == 0 else None
 
     checkpoint = wait_for(lambda: explain("psjob.spec.checkpoint"), timeout=60, message="kubectl explain")
-    assert "gs://, s3:// or hdfs://" in checkpoint
+    assert "gs:// or s3:// URI" in checkpoint
     resources = wait_for(
         lambda: explain("psjob.spec.worker.template.spec.containers.resources"), timeout=30, message="explain"
     )

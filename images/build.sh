@@ -8,6 +8,9 @@
 #   images/build.sh kueue   the base and Kueue's image only (images/kueue/Dockerfile), from its
 #                           manager, which `e2e/cluster/build.sh kueue` builds if not cached: for
 #                           the tests that install Kueue (e2e/real/kueue.py) and CI, not the demo
+#   images/build.sh seaweedfs  the base and SeaweedFS's image only (images/seaweedfs/Dockerfile),
+#                           the S3-compatible store of the s3:// checkpoint tests
+#                           (e2e/real/objectstore.py), from `e2e/cluster/build.sh seaweedfs`'s weed
 # Progress goes to stderr, ending with a table of each step's seconds and each image's size.
 # Environment: PSOPERATOR_CACHE (~/.cache/psoperator), PSOPERATOR_OPERATOR_IMAGE,
 # PSOPERATOR_TRAINER_IMAGE, PSOPERATOR_PLAIN_TF_IMAGE and PSOPERATOR_KUEUE_IMAGE (the tags),
@@ -24,6 +27,7 @@ TRAINER_IMAGE=${PSOPERATOR_TRAINER_IMAGE:-ps-training-operator/trainer:dev}
 PLAIN_TF_IMAGE=${PSOPERATOR_PLAIN_TF_IMAGE:-ps-training-operator/plain-tf:dev}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 KUEUE_IMAGE=${PSOPERATOR_KUEUE_IMAGE:-ps-training-operator/kueue:$KUEUE_VERSION}
+SEAWEEDFS_IMAGE=${PSOPERATOR_SEAWEEDFS_IMAGE:-ps-training-operator/seaweedfs:dev}
 TENSORFLOW=${PSOPERATOR_TENSORFLOW:-tensorflow-cpu==2.21.0}
 CACERT=${PSOPERATOR_CACERT:-/etc/ssl/certs/ca-certificates.crt}
 CACHE=${PSOPERATOR_CACHE:-$HOME/.cache/psoperator}/images
@@ -108,6 +112,12 @@ build_kueue_image() {
   build_image "$KUEUE_IMAGE" images/kueue/Dockerfile "$BIN" --build-arg "BASE_IMAGE=$BASE_IMAGE"
 }
 
+# SeaweedFS's weed, built (or found) in the binary cache, copied onto the base.
+build_seaweedfs_image() {
+  e2e/cluster/build.sh seaweedfs >&2
+  build_image "$SEAWEEDFS_IMAGE" images/seaweedfs/Dockerfile "$BIN" --build-arg "BASE_IMAGE=$BASE_IMAGE"
+}
+
 megabytes() { awk -v b="$1" 'BEGIN { printf "%.0f MB", b / 1e6 }'; }
 
 report() {
@@ -122,9 +132,9 @@ report() {
 }
 
 case ${1:-build} in
-  build | kueue) ;;
+  build | kueue | seaweedfs) ;;
   *)
-    echo "usage: $0 [build|kueue]" >&2
+    echo "usage: $0 [build|kueue|seaweedfs]" >&2
     exit 2
     ;;
 esac
@@ -140,6 +150,11 @@ flock 9
 timed "base $BASE_IMAGE" make_base
 if [ "${1:-build}" = kueue ]; then
   timed "kueue $KUEUE_IMAGE" build_kueue_image
+  report
+  exit 0
+fi
+if [ "${1:-build}" = seaweedfs ]; then
+  timed "seaweedfs $SEAWEEDFS_IMAGE" build_seaweedfs_image
   report
   exit 0
 fi

@@ -9,6 +9,8 @@
 # `cluster.sh up` and so the demo run, does not build it.
 # `build.sh kind` builds only kind, crictl and the Kubernetes binaries (kubeadm among them) its node
 # image holds (e2e/cluster/kindnode.sh calls it).
+# `build.sh seaweedfs` builds only SeaweedFS's `weed`, the S3-compatible store of the s3://
+# checkpoint tests (images/build.sh seaweedfs calls it, and e2e/run-tests.sh).
 # `build.sh training-operator` builds only Kubeflow's training-operator v1, the benchmark's peer
 # (`python -m e2e.bench` calls it when the tfjob kind is chosen); the default target, which CI runs,
 # does not build it.
@@ -26,6 +28,8 @@ KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
 # The only version the Go module proxy serves under this path (no v1.9.x).
 TRAINING_OPERATOR_VERSION="${TRAINING_OPERATOR_VERSION:-v1.8.1}"
 KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"
+# SeaweedFS's release tags are no semantic versions: the Go module proxy serves pseudo-versions.
+SEAWEEDFS_VERSION="${SEAWEEDFS_VERSION:-v0.0.0-20261109003541-7506e5f91cd6}"
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 # The proxy serves no v1.35.x; crictl talks CRI v1 to any recent containerd.
 CRICTL_VERSION="${CRICTL_VERSION:-v1.34.0}"
@@ -189,9 +193,25 @@ build_kueue() {
   build_installable "$name" "$version" "$module/cmd/kueue" "-X $module/pkg/version.GitVersion=$version"
 }
 
+# SeaweedFS (Apache-2.0): its one binary, `weed`, whose S3 gateway is the object store of the s3://
+# checkpoint tests (tests/trainer/tfcluster/objectstore.py, e2e/real/objectstore.py). The module is
+# served only as pseudo-versions, and its go.mod has a replace directive, so it is built as the main
+# module, where `go mod download` put it.
+build_seaweedfs() {
+  local name=weed version=$SEAWEEDFS_VERSION module=github.com/seaweedfs/seaweedfs
+  have "$name" "$version" && { log "$name $version: cached"; return; }
+  local start=$SECONDS dir
+  dir=$(go mod download -json "$module@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  log "$name $version: building"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$BIN/$name" ./weed)
+  mark "$name" "$version"
+  log "$name $version: built in $((SECONDS - start)) s"
+}
+
 log "cache: $BIN"
 case "${1:-}" in
   training-operator) build_training_operator; exit 0 ;;
+  seaweedfs) build_seaweedfs; exit 0 ;;
   kueue) build_kueue; exit 0 ;;
   kind)
     build_installable kind "$KIND_VERSION" sigs.k8s.io/kind

@@ -52,8 +52,11 @@ ENV_CHECKPOINT_BEFORE_STOP_SECONDS = "PSOP_CHECKPOINT_BEFORE_STOP_SECONDS"
 # operator), it answers anyone, as before. /healthz and METRICS_PATH need no token.
 ENV_CHIEF_TOKEN_FILE = "PSOP_CHIEF_TOKEN_FILE"
 ENV_TERMINATION_MESSAGE_PATH = "PSOP_TERMINATION_MESSAGE_PATH"
-# Every name above: the operator's alone. The CRD refuses a template that sets one, and the operator
-# sets its own value over any that a template stored before that rule holds.
+# Every name above: the operator's alone, and each is TF_CONFIG or starts with RESERVED_ENV_PREFIX.
+# The CRD refuses a template that sets TF_CONFIG or any such name (so a variable the operator adds
+# later is reserved already), and the operator sets its own value over any that a template stored
+# before that rule holds.
+RESERVED_ENV_PREFIX = "PSOP_"
 INJECTED_ENV: tuple[str, ...] = (
     ENV_TF_CONFIG,
     ENV_TF_CONFIG_FILE,
@@ -71,6 +74,13 @@ INJECTED_ENV: tuple[str, ...] = (
     ENV_CHIEF_TOKEN_FILE,
     ENV_TERMINATION_MESSAGE_PATH,
 )
+# The store of an s3:// checkpoint directory (spec.checkpoint.s3), for the roles that touch it, under
+# the AWS SDKs' names (the addressing style has none), which the trainer's s3:// filesystem reads.
+ENV_S3_ENDPOINT = "AWS_ENDPOINT_URL_S3"
+ENV_S3_REGION = "AWS_REGION"
+ENV_S3_ADDRESSING_STYLE = "S3_ADDRESSING_STYLE"
+ENV_S3_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+ENV_S3_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
 
 # The chief serves GET /progress (ProgressReport as JSON) and GET /metrics (Prometheus) here.
 DEFAULT_PROGRESS_PORT = 8470

@@ -188,7 +188,7 @@ def test_every_field_of_ours_is_described() -> None:
 
 
 def test_a_few_descriptions() -> None:
-    assert "gs://, s3:// or hdfs://" in at("spec.checkpoint.dir")["description"]
+    assert "gs:// or s3:// URI" in at("spec.checkpoint.dir")["description"]
     assert "mounted at dir" in at("spec.checkpoint.volume")["description"]
     assert "exactly one chief" in at("spec.chief.replicas")["description"]
     assert at("spec")["description"]

@@ -160,9 +160,7 @@ def test_the_catalogue_cases_a_cel_rule_catches_are_caught_offline(case: BadInpu
     assert any(all(words in text for words in case.expected) for text in said), said
 
 
-@pytest.mark.parametrize(
-    "directory", ["/checkpoints", "gs://bucket/run-1", "s3://bucket", "hdfs://nn:8020/ckpt"]
-)
+@pytest.mark.parametrize("directory", ["/checkpoints", "gs://bucket/run-1", "s3://bucket"])
 def test_checkpoint_dir_forms_that_are_accepted(directory: str) -> None:
     assert validate(job(checkpoint={"dir": directory})) == []
 
@@ -236,9 +234,10 @@ def _with_trainer(role: str, **fields: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("role", crd.ROLES)
-@pytest.mark.parametrize("name", contract.INJECTED_ENV)
+@pytest.mark.parametrize("name", [*contract.INJECTED_ENV, "PSOP_NOT_YET_INJECTED"])
 def test_every_variable_the_operator_sets_is_refused_in_every_role(role: str, name: str) -> None:
-    """The rule is made from the list the renderer injects from, so the two cannot disagree."""
+    """Each variable the renderer injects is reserved (TF_CONFIG, or the PSOP_ prefix), and so is a
+    variable of the prefix that a later version may inject."""
     obj = _with_trainer(role, env=[{"name": name, "value": "9000"}])
     assert fields(validate(obj)) == [f"spec.{role}.template.spec.containers[0].env[0]"]
 
@@ -253,7 +252,7 @@ def test_every_port_name_the_operator_declares_is_refused_in_every_role(role: st
 def test_a_template_keeps_its_own_variables_ports_and_the_pod_network() -> None:
     own = _with_trainer(
         "chief",
-        env=[{"name": "PSOP_OTHER", "value": "1"}, {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
+        env=[{"name": "TF_CONFIG_X", "value": "1"}, {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
         ports=[{"name": "grpc", "containerPort": 2222}, {"containerPort": 6006}],
     )
     own["spec"]["chief"]["template"]["spec"]["hostNetwork"] = False

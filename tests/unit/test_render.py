@@ -184,6 +184,55 @@ def test_uri_checkpoint_gets_no_volume() -> None:
     assert "volumes" not in sts["spec"]["template"]["spec"]
 
 
+S3_STORE: dict[str, Any] = {
+    "endpoint": "http://store.storage.svc:8333",
+    "region": "eu-west-1",
+    "addressingStyle": "path",
+    "credentialsSecret": {"name": "ctr-s3", "secretAccessKeyKey": "secret"},
+}
+S3_CHECKPOINT = {"dir": "s3://ctr-bucket/run-1", "s3": S3_STORE}
+
+
+EVALUATOR = {"template": {"spec": {"containers": [{"name": "trainer"}]}}}
+
+
+def _pod_env_by_role(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        m["spec"]["template"]["metadata"]["labels"]["psoperator.io/role"]: _env(
+            m["spec"]["template"]["spec"]["containers"][0]
+        )
+        for m in manifests
+        if m["kind"] in POD_OWNERS
+    }
+
+
+def test_the_roles_that_touch_an_s3_checkpoint_get_the_store_and_the_secret_not_its_values() -> None:
+    roles = _pod_env_by_role(render_children(job(checkpoint=S3_CHECKPOINT, evaluator=EVALUATOR)))
+    touching = {"chief", "ps", "evaluator"}
+    assert set(roles) == touching | {"worker"}
+    for role in touching:
+        env = roles[role]
+        assert env["AWS_ENDPOINT_URL_S3"] == "http://store.storage.svc:8333"
+        assert (env["AWS_REGION"], env["S3_ADDRESSING_STYLE"]) == ("eu-west-1", "path")
+        assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "ctr-s3", "key": "AWS_ACCESS_KEY_ID"}}
+        assert env["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {"name": "ctr-s3", "key": "secret"}}
+    assert not any(name.startswith(("AWS_", "S3_")) for name in roles["worker"])
+
+
+def test_workers_get_the_store_when_they_read_data_from_it() -> None:
+    checkpoint = {**S3_CHECKPOINT, "s3": {**S3_STORE, "shareWithWorkers": True}}
+    worker = _pod_env_by_role(render_children(job(checkpoint=checkpoint)))["worker"]
+    assert worker["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {"name": "ctr-s3", "key": "secret"}}
+
+
+def test_without_a_secret_the_pods_use_their_own_identity() -> None:
+    checkpoint = {"dir": "s3://ctr-bucket/run-1", "s3": {"region": "eu-west-1"}}
+    chief = _pod_env_by_role(render_children(job(checkpoint=checkpoint)))["chief"]
+    assert {name: v for name, v in chief.items() if name.startswith(("AWS_", "S3_"))} == {
+        "AWS_REGION": "eu-west-1"
+    }
+
+
 def test_the_operators_environment_and_port_names_win_over_a_stored_templates() -> None:
     """A template stored before the CRD refused them: the operator's values are used, each once."""
     main = {

@@ -48,7 +48,7 @@ from psoperator.api.models import (
     PSTrainingJobStatus,
 )
 from psoperator.api.schemas.extract import VALUE_CHECKS
-from psoperator.contract import DEFAULT_PROGRESS_PORT, INJECTED_ENV, INJECTED_PORT_NAMES
+from psoperator.contract import DEFAULT_PROGRESS_PORT, ENV_TF_CONFIG, INJECTED_PORT_NAMES, RESERVED_ENV_PREFIX
 
 SINGULAR = "pstrainingjob"
 SHORT_NAMES = ["psjob", "psjobs"]
@@ -149,23 +149,21 @@ def _operator_owned(role: str) -> dict[tuple[str, ...], list[Rule]]:
     node's network, where the job's NetworkPolicies do not reach."""
     pod = ("spec", role, "template", "spec")
     where = ".".join(pod)
-    env = ", ".join(INJECTED_ENV)
     ports = " or ".join(INJECTED_PORT_NAMES)
     return {
         pod: [
             Rule(
                 "!has(self.hostNetwork) || !self.hostNetwork",
-                f"{where}.hostNetwork must not be true: a pod on the node's network is outside the job's "
-                "NetworkPolicies, and would serve TensorFlow's unauthenticated gRPC port (and, in the "
-                f"chief, the progress report on port {DEFAULT_PROGRESS_PORT}) on the node's address",
+                f"{where}.hostNetwork must not be true: the job's NetworkPolicies do not reach the node's "
+                "network, where its unauthenticated gRPC port would be served",
                 field_path=".hostNetwork",
             )
         ],
         (*pod, "containers", "items", "env", "items"): [
             Rule(
-                f"!(self.name in {_cel_strings(INJECTED_ENV)})",
-                f"{where}.containers.env must not set {env}: the operator sets them in every training "
-                "container",
+                f"!(self.name == '{ENV_TF_CONFIG}' || self.name.startsWith('{RESERVED_ENV_PREFIX}'))",
+                f"{where}.containers.env must not set {ENV_TF_CONFIG} or a {RESERVED_ENV_PREFIX} variable: "
+                "the operator sets them",
             )
         ],
         (*pod, "containers", "items", "ports", "items"): [
@@ -332,16 +330,35 @@ _FIELD_RULES: dict[tuple[str, ...], list[Rule]] = {
         Rule(
             "!has(self.volume) || self.dir.startsWith('/')",
             "spec.checkpoint.volume needs spec.checkpoint.dir to be an absolute path: the volume is "
-            "mounted at that path, and a gs://, s3:// or hdfs:// URI is not one",
+            "mounted at that path, and a gs:// or s3:// URI is not one",
             field_path=".volume",
+        ),
+        Rule(
+            "!has(self.s3) || self.dir.startsWith('s3://')",
+            "spec.checkpoint.s3 needs spec.checkpoint.dir to be an s3:// URI: it says how the pods "
+            "reach that store",
+            field_path=".s3",
         ),
     ],
     ("spec", "checkpoint", "dir"): [
         Rule(
             "self.startsWith('/') || self.matches('^(gs|s3|hdfs)://[^/]+')",
             "spec.checkpoint.dir must be an absolute path inside the pods (starting with /) or a "
-            "gs://, s3:// or hdfs:// URI naming a bucket or host: a relative path would depend on "
-            "each container's working directory",
+            "gs:// or s3:// URI naming a bucket: a relative path would depend on each container's "
+            "working directory",
+        ),
+        Rule(
+            "!self.startsWith('hdfs://')",
+            "spec.checkpoint.dir: hdfs:// is not supported: TensorFlow has no HDFS filesystem since "
+            "2.6 (it moved to tensorflow-io, which has no release for this TensorFlow); use s3:// "
+            "(any S3-compatible store), gs:// or a ReadWriteMany volume",
+        ),
+    ],
+    ("spec", "checkpoint", "s3", "endpoint"): [
+        Rule(
+            "self.matches('^https?://[^/?#]+/?$')",
+            "spec.checkpoint.s3.endpoint must be the store's URL, http://host[:port] or "
+            "https://host[:port], without a path: the bucket comes from spec.checkpoint.dir",
         ),
     ],
     ("spec", "scheduling"): [

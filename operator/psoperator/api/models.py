@@ -81,6 +81,57 @@ class EvaluatorSpec(_Model):
     )
 
 
+class SecretKeys(_Model):
+    name: str = Field(..., min_length=1, max_length=253, description="A Secret in the job's namespace.")
+    access_key_id_key: str = Field(
+        "AWS_ACCESS_KEY_ID",
+        alias="accessKeyIdKey",
+        min_length=1,
+        description="Its key holding the access key ID.",
+    )
+    secret_access_key_key: str = Field(
+        "AWS_SECRET_ACCESS_KEY",
+        alias="secretAccessKeyKey",
+        min_length=1,
+        description="Its key holding the secret access key.",
+    )
+
+
+class S3Storage(_Model):
+    endpoint: str | None = Field(
+        None,
+        max_length=1024,
+        description="The store's URL (http(s)://host[:port]) for an S3-compatible store; AWS S3 when unset.",
+    )
+    region: str | None = Field(
+        None, max_length=64, description="The region requests are signed for (us-east-1 when unset)."
+    )
+    addressing_style: Literal["path", "virtual"] | None = Field(
+        None,
+        alias="addressingStyle",
+        description=(
+            "path (endpoint/bucket/key) or virtual (bucket.endpoint/key); unset: virtual for AWS, "
+            "path for an endpoint."
+        ),
+    )
+    credentials_secret: SecretKeys | None = Field(
+        None,
+        alias="credentialsSecret",
+        description=(
+            "The Secret holding the access key, given to the roles that touch the bucket (chief, "
+            "parameter servers, evaluator, and workers with shareWithWorkers) as environment "
+            "variables. Unset: the pods' own identity (workload identity on their ServiceAccount)."
+        ),
+    )
+    share_with_workers: bool = Field(
+        False,
+        alias="shareWithWorkers",
+        description=(
+            "Give the workers the store's settings and credentials too, for training data they read from it."
+        ),
+    )
+
+
 class CheckpointSpec(_Model):
     dir: str = Field(
         ...,
@@ -88,8 +139,8 @@ class CheckpointSpec(_Model):
         max_length=1024,
         description=(
             "Where checkpoints are written and restored from: an absolute path inside the pods "
-            "(shared by chief and parameter servers, which write their own shards) or a gs://, "
-            "s3:// or hdfs:// URI."
+            "(shared by chief and parameter servers, which write their own shards) or a gs:// or "
+            "s3:// URI."
         ),
     )
     volume: dict[str, Any] | None = Field(
@@ -100,6 +151,7 @@ class CheckpointSpec(_Model):
         ),
         json_schema_extra=VOLUME_SOURCE,
     )
+    s3: S3Storage | None = Field(None, description="How the pods reach the store of an s3:// dir.")
     interval_steps: int | None = Field(
         None, alias="intervalSteps", ge=1, description="Checkpoint every this many global steps."
     )

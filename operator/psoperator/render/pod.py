@@ -32,7 +32,7 @@ from psoperator.render.names import (
 
 Manifest = dict[str, Any]
 
-_URI_PREFIXES = ("gs://", "s3://", "hdfs://")
+_URI_PREFIXES = ("gs://", "s3://")
 
 
 def is_uri(checkpoint_dir: str) -> bool:
@@ -86,6 +86,29 @@ def chief_env(spec: PSTrainingJobSpec) -> list[Manifest]:
         {"name": contract.ENV_CHECKPOINT_BEFORE_STOP_SECONDS, "value": str(seconds)},
         {"name": contract.ENV_CHIEF_TOKEN_FILE, "value": f"{CHIEF_TOKEN_DIR}/{CHIEF_TOKEN_KEY}"},
     ]
+
+
+def storage_env(spec: PSTrainingJobSpec, role: Role) -> list[Manifest]:
+    """The store's settings and the credentials' Secret for the roles that touch an s3:// checkpoint
+    directory: the chief, the parameter servers (each writes and reads its own shards) and the
+    evaluator; the workers only when they read training data from the store (shareWithWorkers)."""
+    s3 = spec.checkpoint.s3
+    if s3 is None or (role is Role.WORKER and not s3.share_with_workers):
+        return []
+    settings = [
+        (contract.ENV_S3_ENDPOINT, s3.endpoint),
+        (contract.ENV_S3_REGION, s3.region),
+        (contract.ENV_S3_ADDRESSING_STYLE, s3.addressing_style),
+    ]
+    env: list[Manifest] = [{"name": name, "value": value} for name, value in settings if value]
+    secret = s3.credentials_secret
+    if secret is not None:
+        for name, key in (
+            (contract.ENV_S3_ACCESS_KEY_ID, secret.access_key_id_key),
+            (contract.ENV_S3_SECRET_ACCESS_KEY, secret.secret_access_key_key),
+        ):
+            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}})
+    return env
 
 
 _OWN_ENV = frozenset(contract.INJECTED_ENV)
@@ -205,7 +228,7 @@ def render_pod_template(
     # Training pods talk to each other, not to the API server: no token unless the user asks for one.
     pod_spec.setdefault("automountServiceAccountToken", False)
 
-    env = contract_env(spec, job_name, role, index, tf_config)
+    env = storage_env(spec, role) + contract_env(spec, job_name, role, index, tf_config)
     mounts, trainer_mounts = _our_volumes(spec, job_name, role, tf_config, pod_spec)
     containers: list[Manifest] = pod_spec.setdefault("containers", [])
     for container in containers:

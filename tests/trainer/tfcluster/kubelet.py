@@ -91,9 +91,13 @@ def field_ref(pod: PodFacts, path: str) -> str:
 
 
 def resolve_env(
-    container: Manifest, pod: PodFacts, service_env: Mapping[str, str] | None = None
+    container: Manifest,
+    pod: PodFacts,
+    service_env: Mapping[str, str] | None = None,
+    secrets: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, str]:
-    """The environment the container's process sees (only what the pod spec defines)."""
+    """The environment the container's process sees (only what the pod spec defines); `secrets`
+    are the namespace's Secrets by name, their keys decoded."""
     if container.get("envFrom"):
         raise NotImplementedError("envFrom is not simulated")
     resolved: dict[str, str] = {}
@@ -110,8 +114,12 @@ def resolve_env(
             resolved[name] = expand(entry["value"], lookup)
         elif "valueFrom" in entry:
             source = entry["valueFrom"]
+            if "secretKeyRef" in source:
+                ref = source["secretKeyRef"]
+                resolved[name] = (secrets or {})[ref["name"]][ref["key"]]
+                continue
             if "fieldRef" not in source:
-                raise NotImplementedError(f"env {name}: only fieldRef is simulated, got {sorted(source)}")
+                raise NotImplementedError(f"env {name}: only fieldRef and secretKeyRef are simulated")
             resolved[name] = field_ref(pod, source["fieldRef"]["fieldPath"])
         else:
             resolved[name] = ""

@@ -114,11 +114,18 @@ def _containers(template: Manifest) -> list[Manifest]:
 class LocalCluster:
     """A job's pods on one machine: ps-<i>, worker-<i>, chief-0 and evaluator-0, each in its own netns."""
 
-    def __init__(self, job: Manifest, workdir: Path, network: PrivateNetwork) -> None:
+    def __init__(
+        self,
+        job: Manifest,
+        workdir: Path,
+        network: PrivateNetwork,
+        secret_data: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         self.job = job
         self.workdir = workdir
         self.network = network
         self.token = secrets.token_hex(32)  # the chief's, as the operator would derive it
+        self.secrets = dict(secret_data or {})  # the data of the Secrets its pods' env refers to
         self.pods = self._pods(job, RenderOptions())
         self.processes: dict[str, Process] = {}
         self._starts = 0
@@ -144,7 +151,7 @@ class LocalCluster:
 
     def _pod(self, key: str, role: str, facts: PodFacts, template: Manifest) -> Pod:
         container = _containers(template)[0]
-        env = resolve_env(container, facts)
+        env = resolve_env(container, facts, secrets=self.secrets)
         pod = Pod(key=key, role=role, facts=facts, template=template, fqdn=pod_fqdn(facts, template))
         # The kubelet mounts a per-container file at terminationMessagePath.
         mounted = container.get("terminationMessagePath", TERMINATION_MESSAGE_PATH)

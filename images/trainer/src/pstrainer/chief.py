@@ -22,6 +22,7 @@ from pstrainer.exits import ConnectWatchdog, Exiter, describe
 from pstrainer.model import Adagrad, CtrModel, make_train_step, synthetic_dataset
 from pstrainer.ondemand import CheckpointRequests, Outcome, unanswered
 from pstrainer.progress import ProgressTracker
+from pstrainer.storage import check_checkpoint_storage
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ def shape_mismatch(path: str, variables: dict[str, Any]) -> str | None:
 def run_chief(
     config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker, requests: CheckpointRequests
 ) -> tuple[ExitCode, str]:
+    check_checkpoint_storage(config.checkpoint_dir)
     finished = already_finished(config, tracker)
     if finished is not None:
         return ExitCode.SUCCEEDED, f"already finished at step {finished}"
@@ -180,9 +182,11 @@ class Checkpointer:
             mismatch = shape_mismatch(latest, self._variables)
             if mismatch is not None:
                 raise ConfigError(mismatch)  # the flags do not fit the job's checkpoints: exit 2
+            began = time.monotonic()
             self._checkpoint.restore(latest).assert_existing_objects_matched()
             resumed = int(self._global_step.numpy())
-            log.info("resumed from step %d (checkpoint %s)", resumed, latest)
+            took = time.monotonic() - began
+            log.info("resumed from step %d (checkpoint %s, %.2f s)", resumed, latest, took)
         else:
             log.info("no checkpoint in %s: starting from step 0", self._manager.directory)
         self.step = resumed or 0

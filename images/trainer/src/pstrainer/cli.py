@@ -61,6 +61,9 @@ def _run_role(
     config: TrainerConfig, exiter: Exiter, tracker: ProgressTracker, requests: CheckpointRequests
 ) -> tuple[ExitCode, str]:
     # TensorFlow is imported only now: a bad configuration has already been reported.
+    from pstrainer.storage import register_filesystems
+
+    register_filesystems(os.environ, config.checkpoint_dir)
     if config.role is Role.CHIEF:
         from pstrainer.chief import run_chief
 
