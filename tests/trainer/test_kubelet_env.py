@@ -80,10 +80,17 @@ def test_env_resolves_in_order_and_field_refs_are_not_expanded() -> None:
     ]
 
 
+def test_a_secret_key_is_resolved_from_the_namespaces_secrets() -> None:
+    container = {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    assert resolve_env(container, PodFacts("p", "n"), secrets={"s": {"k": "v"}}) == {"S": "v"}
+    with pytest.raises(KeyError):  # as a kubelet refuses to start it: the Secret is missing
+        resolve_env(container, PodFacts("p", "n"))
+
+
 def test_unsupported_sources_are_refused() -> None:
     with pytest.raises(NotImplementedError):
         resolve_env(
-            {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+            {"env": [{"name": "C", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]},
             PodFacts("p", "n"),
         )
     with pytest.raises(KeyError):

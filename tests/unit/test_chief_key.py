@@ -19,10 +19,12 @@ def test_a_jobs_token_is_the_same_from_every_replica_and_tells_nothing_of_anothe
     assert ChiefKey(b"j" * 32).token("uid-a") != token  # another key
 
 
-def test_the_key_is_read_from_its_file_without_the_surrounding_whitespace(tmp_path: Path) -> None:
+def test_the_key_is_read_from_its_file_byte_for_byte(tmp_path: Path) -> None:
+    """Random bytes (`head -c 32 /dev/urandom`) may begin or end with a newline or a space."""
+    key = b"\n" + b"k" * 30 + b" "
     path = tmp_path / "key"
-    path.write_bytes(KEY + b"\n")
-    assert ChiefKey.from_file(str(path)).token("u") == ChiefKey(KEY).token("u")
+    path.write_bytes(key)
+    assert ChiefKey.from_file(str(path)).token("u") == ChiefKey(key).token("u")
 
 
 def test_the_key_shows_in_no_repr() -> None:

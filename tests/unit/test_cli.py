@@ -171,7 +171,7 @@ def test_the_operators_pod_labels_are_read_as_sorted_pairs(capsys: pytest.Captur
     [
         (None, "--chief-key-file (or $PSOPERATOR_CHIEF_KEY_FILE) is required"),
         (b"", "cannot read the chief key"),
-        (b"short\n", "the chief key has 5 bytes; at least 32 are needed"),
+        (b"short\n", "the chief key has 6 bytes; at least 32 are needed"),
     ],
 )
 def test_run_needs_a_chief_key_before_touching_a_cluster(

@@ -28,9 +28,10 @@ class ChiefKey:
 
     @classmethod
     def from_file(cls, path: str) -> ChiefKey:
-        """The key in a file (surrounding whitespace left out); ValueError saying what is wrong."""
+        """The key in a file, every byte of it (a random key may begin or end with a byte that looks
+        like whitespace); ValueError saying what is wrong."""
         try:
-            return cls(Path(path).read_bytes().strip())
+            return cls(Path(path).read_bytes())
         except OSError as error:
             raise ValueError(f"cannot read the chief key from {path}: {error.strerror or error}") from None
         except ValueError as error:
