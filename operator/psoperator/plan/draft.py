@@ -46,11 +46,18 @@ class Event:
 
 @dataclass(frozen=True)
 class PodDeletion:
-    """A pod to delete, if it is still the one with this uid, with this grace (0: force)."""
+    """A pod to delete, if it is still the one with this uid, with this grace (0: force).
+
+    With `orphan_of`, the (name, uid) of the pod's Job, which the reconcile did not see: the pod is
+    deleted only if no Job of that uid exists. A Job created while the reconcile read may be
+    missing from what it read while its new pod is there; a uid never comes back, so a Job of
+    that uid absent after the pod was seen is gone for good.
+    """
 
     pod: str
     uid: str
     grace_seconds: int
+    orphan_of: tuple[str, str] | None = None
 
 
 @dataclass(kw_only=True)
