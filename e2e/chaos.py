@@ -17,6 +17,8 @@ would write for that failure, so the operator cannot tell it from the real thing
 - `evict_pod`: the real Eviction API (the API server adds DisruptionTarget, honours PDBs).
 - `preempt_pod`: what kube-scheduler does to a victim: DisruptionTarget/PreemptionByScheduler on the
   status, then a graceful delete.
+- `garbage_collector_held`: the garbage collector cannot delete the pods of a deleted owner, as when
+  it lags behind (it re-lists after an API server restart); the operator still can.
 
 Deleted pods are terminated by the stages like a kubelet would (exit 143, phase Failed) and then
 removed. Every helper waits until the injected state is visible and returns what it observed.
@@ -26,8 +28,9 @@ real kubelet (kind) the kubelet would overwrite the injected status.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -345,3 +348,81 @@ def preempt_pod(
     its status, then a graceful deletion."""
     mark_disruption(api, namespace, name, preemptor)
     client.CoreV1Api(api).delete_namespaced_pod(name, namespace)
+
+
+@contextlib.contextmanager
+def garbage_collector_held(
+    api: client.ApiClient, namespace: str, labels: dict[str, str], allowed: str, probe: str
+) -> Iterator[None]:
+    """While inside, only a user whose name starts with `allowed` (the operator's ServiceAccounts)
+    may start the deletion of a pod of `namespace` carrying `labels`: the garbage collector's is
+    refused (it tries again with back-off), so the pods of a deleted owner stay and run, not being
+    deleted. A pod being deleted already may still be removed (KWOK ends it as a kubelet would).
+    Entered once a dry-run deletion of the pod `probe` is refused: the API server enforces it."""
+    name = f"psoperator-e2e-gc-held-{namespace}"
+    admission = client.AdmissionregistrationV1Api(api)
+    policy: Json = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["DELETE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "has(oldObject.metadata.deletionTimestamp) || "
+                    f"request.userInfo.username.startsWith('{allowed}')",
+                    "message": "held from the garbage collector by an e2e test",
+                }
+            ],
+        },
+    }
+    binding: Json = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "objectSelector": {"matchLabels": labels},
+            },
+        },
+    }
+    typed_policy = client.V1ValidatingAdmissionPolicy.from_dict(policy)
+    typed_binding = client.V1ValidatingAdmissionPolicyBinding.from_dict(binding)
+    assert typed_policy is not None and typed_binding is not None
+    admission.create_validating_admission_policy(typed_policy)
+    try:
+        admission.create_validating_admission_policy_binding(typed_binding)
+        try:
+            wait_for(
+                lambda: _deletion_refused(api, namespace, probe),
+                timeout=DEFAULT_TIMEOUT,
+                message=f"the API server refusing the deletion of {probe}",
+            )
+            yield
+        finally:
+            admission.delete_validating_admission_policy_binding(name)
+    finally:
+        admission.delete_validating_admission_policy(name)
+
+
+def _deletion_refused(api: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        client.CoreV1Api(api).delete_namespaced_pod(name, namespace, dry_run="All")
+    except ApiException as error:
+        if error.status in (403, 422):
+            return True
+        raise
+    return False
