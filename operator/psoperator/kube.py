@@ -476,7 +476,8 @@ class Kube:
         if deletion.orphan_of is not None and self._job_exists(namespace, *deletion.orphan_of):
             return
         path = f"/api/v1/namespaces/{namespace}/pods/{deletion.pod}"
-        self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
+        grace = deletion.grace_seconds
+        self._delete_at(path, deletion.uid, **({} if grace is None else {"gracePeriodSeconds": grace}))
 
 
 def _for_uid(manifest: Obj, uid: str | None) -> Obj:

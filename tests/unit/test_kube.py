@@ -380,6 +380,9 @@ def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
     assert kube.calls == [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
     _, body = kube.bodies[0]
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
+    kube.delete_pod(NS, PodDeletion("ctr-chief-0x", "uid-1", None))
+    _, body = kube.bodies[1]
+    assert "gracePeriodSeconds" not in body  # the pod's own terminationGracePeriodSeconds
 
 
 @pytest.mark.parametrize("job_there", ["none", "another uid", "its own"])

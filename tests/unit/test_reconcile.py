@@ -258,8 +258,8 @@ def _chief_job_changes(plan: Any, live: list[dict[str, Any]]) -> list[tuple[Chil
 
 
 def test_a_job_resumed_while_its_deleted_chief_jobs_pod_still_runs_waits_for_it() -> None:
-    """Suspension deletes the chief Job; the garbage collector, which deletes its pod, may not have
-    got to it when the job is resumed (it lags after an API server restart): the pod runs, not being
+    """Suspension deletes the chief Job and its pod; when the pod's deletion did not happen (the
+    API server restarted; the garbage collector lags after that) the pod still runs, not being
     deleted, of the attempt the resumed job runs. The new chief Job waits until it is gone, and the
     pod is deleted once its Job is known gone."""
     no_ask = {"checkpointBeforeStopSeconds": 0}  # test_suspend_and_resume has the checkpoint first
@@ -270,6 +270,9 @@ def test_a_job_resumed_while_its_deleted_chief_jobs_pod_still_runs_waits_for_it(
     ours = chief_job(0)
     ours["metadata"]["ownerReferences"] = [{"kind": "PSTrainingJob", "name": "ctr", "uid": "job-uid"}]
     assert _chief_job_changes(suspended, [ours]) == [(ChildVerb.DELETE, "0")]
+    # Its pod is deleted too, with its own grace, not left to the garbage collector...
+    assert suspended.delete_pods == [PodDeletion("ctr-chief-0x", "ctr-chief-0x-uid", None)]
+    # ... but that deletion may fail (the API server restarts) before the job is resumed.
     left = observed([pod("chief", 0, attempt=0)])  # its Job gone; the pod neither deleted nor stopped
     resumed = plan_reconcile({**job(), "status": suspended.status}, left, None, NOW)
     assert resumed.hold_chief and resumed.awaits_departure and _chief_job_changes(resumed, []) == []
