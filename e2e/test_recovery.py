@@ -257,28 +257,45 @@ class ChiefPods:
         self._thread.join(timeout=10)
 
 
-@pytest.mark.parametrize("how", ["suspended-and-resumed", "deleted-by-hand"])
+# The chief pod of a chief Job deleted by a suspension, by a suspension whose own deletion of the
+# pod fails until after the resume, or by hand.
+LEFT_CHIEF = ["suspended", "resumed-before-its-deletion", "deleted-by-hand"]
+
+
+@pytest.mark.parametrize("how", LEFT_CHIEF)
 def test_a_chief_pod_left_by_its_deleted_job_is_deleted_before_a_new_chief_starts(
     k8s: client.ApiClient, namespace: str, operator: OperatorProcess, how: str
 ) -> None:
-    """Never two chiefs: the chief Job deleted (by a suspension, or by hand) leaves its pod to the
-    garbage collector, which may lag (it re-lists after an API server restart). Here it cannot
-    delete the pod at all: the chief Job made again for the same attempt waits until the pod is
-    gone, and the operator deletes it."""
+    """Never two chiefs: a deleted chief Job leaves its pod to the garbage collector, which may lag
+    (it re-lists after an API server restart). Here it cannot delete the pod at all: a suspension
+    deletes it itself, and a chief Job made again for the same attempt waits until it is gone, and
+    the operator deletes it (only once the API server lets it)."""
     chief, _ = _start(k8s, namespace)
     batch = client.BatchV1Api(k8s)
     old_job = as_json(k8s, batch.read_namespaced_job("ctr-chief", namespace))["metadata"]["uid"]
     labels = {psjobs.LABEL_JOB: "ctr", psjobs.LABEL_ROLE: "chief"}
     operator_accounts = f"system:serviceaccount:{CHART_NAMESPACE}:"
-    with chaos.garbage_collector_held(k8s, namespace, labels, operator_accounts, chief["metadata"]["name"]):
-        pods = ChiefPods(k8s, namespace, "ctr")
-        try:
-            if how == "suspended-and-resumed":
+    allowed = None if how == "resumed-before-its-deletion" else operator_accounts
+    pods = ChiefPods(k8s, namespace, "ctr")
+    try:
+        with chaos.pod_deletion_refused(k8s, namespace, labels, chief["metadata"]["name"], allowed) as allow:
+            if how == "deleted-by-hand":
+                batch.delete_namespaced_job("ctr-chief", namespace, propagation_policy="Background")
+            else:
                 psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": True}})
                 psjobs.wait_phase(k8s, namespace, "ctr", "Suspended", timeout=30)
+            if how == "suspended":  # its chief does not run on while the garbage collector lags
+                wait_for(lambda: not pods.live, timeout=30, message=lambda: f"no chief pod; {pods.seen}")
+            if how != "deleted-by-hand":
                 psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": False}})
-            else:
-                batch.delete_namespaced_job("ctr-chief", namespace, propagation_policy="Background")
+            if how == "resumed-before-its-deletion":
+                psjobs.wait_phase(k8s, namespace, "ctr", "Creating", timeout=30)
+                holds_for(
+                    lambda: pods.live == {chief["metadata"]["uid"]: chief["metadata"]["name"]},
+                    duration=5,
+                    message=lambda: f"the old chief alone, refused its deletion; {pods.seen}",
+                )
+                allow(operator_accounts)
 
             def new_chief() -> bool:
                 job = as_json(k8s, batch.read_namespaced_job("ctr-chief", namespace))["metadata"]["uid"]
@@ -290,8 +307,8 @@ def test_a_chief_pod_left_by_its_deleted_job_is_deleted_before_a_new_chief_start
 
             wait_for(new_chief, timeout=90, message=lambda: f"a chief of a new Job; chief pods {pods.seen}")
             psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
-        finally:
-            pods.close()
+    finally:
+        pods.close()
     assert pods.error is None and pods.most == 1, pods.seen
     status = psjobs.status(k8s, namespace, "ctr")
     assert (status["restarts"], status.get("lastFailure")) == (0, None), status
