@@ -17,6 +17,9 @@ would write for that failure, so the operator cannot tell it from the real thing
 - `evict_pod`: the real Eviction API (the API server adds DisruptionTarget, honours PDBs).
 - `preempt_pod`: what kube-scheduler does to a victim: DisruptionTarget/PreemptionByScheduler on the
   status, then a graceful delete.
+- `pod_deletion_refused`: nobody but the users named (the operator) may delete some pods: the
+  garbage collector cannot delete those of a deleted owner, as when it lags behind (it re-lists
+  after an API server restart).
 
 Deleted pods are terminated by the stages like a kubelet would (exit 143, phase Failed) and then
 removed. Every helper waits until the injected state is visible and returns what it observed.
@@ -26,8 +29,9 @@ real kubelet (kind) the kubelet would overwrite the injected status.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -345,3 +349,90 @@ def preempt_pod(
     its status, then a graceful deletion."""
     mark_disruption(api, namespace, name, preemptor)
     client.CoreV1Api(api).delete_namespaced_pod(name, namespace)
+
+
+@contextlib.contextmanager
+def pod_deletion_refused(
+    api: client.ApiClient, namespace: str, labels: dict[str, str], probe: str, allowed: str | None = None
+) -> Iterator[Callable[[str], None]]:
+    """While inside, only a user whose name starts with `allowed` (None: nobody) may start the
+    deletion of a pod of `namespace` carrying `labels`. The garbage collector's is refused (it tries
+    again with back-off): the pods of a deleted owner stay and run, not being deleted, as when it
+    lags behind. A pod being deleted already may still be removed (KWOK ends it as a kubelet would).
+    Entered once a dry-run deletion of the pod `probe` is refused: the API server enforces it.
+    Yields a function that lets the users whose names start with its argument start deletions."""
+    name = f"psoperator-e2e-deletion-refused-{namespace}"
+    admission = client.AdmissionregistrationV1Api(api)
+    policy = client.V1ValidatingAdmissionPolicy.from_dict(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["DELETE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "validations": _deletions_allowed(allowed),
+            },
+        }
+    )
+    binding = client.V1ValidatingAdmissionPolicyBinding.from_dict(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                    "objectSelector": {"matchLabels": labels},
+                },
+            },
+        }
+    )
+    assert policy is not None and binding is not None
+
+    def allow(users: str) -> None:
+        patch = {"spec": {"validations": _deletions_allowed(users)}}
+        admission.patch_validating_admission_policy(name, patch)
+
+    admission.create_validating_admission_policy(policy)
+    try:
+        admission.create_validating_admission_policy_binding(binding)
+        try:
+            wait_for(
+                lambda: _deletion_refused(api, namespace, probe),
+                timeout=DEFAULT_TIMEOUT,
+                message=f"the API server refusing the deletion of {probe}",
+            )
+            yield allow
+        finally:
+            admission.delete_validating_admission_policy_binding(name)
+    finally:
+        admission.delete_validating_admission_policy(name)
+
+
+def _deletions_allowed(users: str | None) -> list[Json]:
+    """The policy's validation: a deletion under way, or one started by `users`."""
+    started_by = "" if users is None else f" || request.userInfo.username.startsWith('{users}')"
+    expression = f"has(oldObject.metadata.deletionTimestamp){started_by}"
+    return [{"expression": expression, "message": "refused by an e2e test (chaos.pod_deletion_refused)"}]
+
+
+def _deletion_refused(api: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        client.CoreV1Api(api).delete_namespaced_pod(name, namespace, dry_run="All")
+    except ApiException as error:
+        if error.status in (403, 422):
+            return True
+        raise
+    return False

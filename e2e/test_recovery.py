@@ -7,13 +7,15 @@ as they would to a kubelet's report, and the operator must react on top.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from e2e import chaos, psjobs
+from e2e.accounts import CHART_NAMESPACE
 from e2e.operator_process import OperatorProcess
 from e2e.util import as_json, condition, holds_for, wait_for
 from psoperator.faults import FAULT_ENV, FAULT_EXIT_CODE, Fault
@@ -200,6 +202,116 @@ def test_suspend_and_resume(
     assert condition(status, "Suspended")["reason"] == "Resumed"  # type: ignore[index]
     wait_for(lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["psEstablished"], timeout=30)
     holds_for(lambda: psjobs.status(k8s, namespace, "ctr")["restarts"] == 0, duration=5)
+
+
+LIVE = ("Pending", "Running")
+
+
+class ChiefPods:
+    """A job's chief pods as a watch shows them, every change in order: the most that were Pending
+    or Running at once (being deleted or not: a pod in its grace period still runs)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, job: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.selector = f"{psjobs.LABEL_JOB}={job},{psjobs.LABEL_ROLE}=chief"
+        listed = as_json(api, self.core.list_namespaced_pod(namespace, label_selector=self.selector))
+        self.live: dict[str, str] = {}  # uid -> name, of the pods Pending or Running
+        self.seen: list[str] = []
+        self.most = 0
+        for pod in listed["items"]:
+            self._note(pod, "LISTED")
+        self.error: Exception | None = None
+        self.closed = False
+        self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+        since = listed["metadata"]["resourceVersion"]
+        self._thread = threading.Thread(target=self._run, args=(namespace, since), daemon=True)
+        self._thread.start()
+
+    def _run(self, namespace: str, since: str | None) -> None:
+        try:
+            for event in self._watch.stream(  # type: ignore[no-untyped-call]
+                self.core.list_namespaced_pod,
+                namespace,
+                label_selector=self.selector,
+                resource_version=since,
+                timeout_seconds=300,
+            ):
+                self._note(event["raw_object"], event["type"])
+        except Exception as error:  # the checks report what was seen
+            if not self.closed:  # stopping the watch cuts its stream
+                self.error = error
+
+    def _note(self, pod: Obj, change: str) -> None:
+        meta, phase = pod["metadata"], pod.get("status", {}).get("phase")
+        if change != "DELETED" and phase in LIVE:
+            self.live[meta["uid"]] = meta["name"]
+        else:
+            self.live.pop(meta["uid"], None)
+        self.most = max(self.most, len(self.live))
+        deleting = " deleting" if meta.get("deletionTimestamp") else ""
+        self.seen.append(f"{change} {meta['name']} {meta['uid'][:8]} {phase}{deleting}")
+
+    def close(self) -> None:
+        self.closed = True
+        self._watch.stop()  # type: ignore[no-untyped-call]
+        self._thread.join(timeout=10)
+
+
+# The chief pod of a chief Job deleted by a suspension, by a suspension whose own deletion of the
+# pod fails until after the resume, or by hand.
+LEFT_CHIEF = ["suspended", "resumed-before-its-deletion", "deleted-by-hand"]
+
+
+@pytest.mark.parametrize("how", LEFT_CHIEF)
+def test_a_chief_pod_left_by_its_deleted_job_is_deleted_before_a_new_chief_starts(
+    k8s: client.ApiClient, namespace: str, operator: OperatorProcess, how: str
+) -> None:
+    """Never two chiefs: a deleted chief Job leaves its pod to the garbage collector, which may lag
+    (it re-lists after an API server restart). Here it cannot delete the pod at all: a suspension
+    deletes it itself, and a chief Job made again for the same attempt waits until it is gone, and
+    the operator deletes it (only once the API server lets it)."""
+    chief, _ = _start(k8s, namespace)
+    batch = client.BatchV1Api(k8s)
+    old_job = as_json(k8s, batch.read_namespaced_job("ctr-chief", namespace))["metadata"]["uid"]
+    labels = {psjobs.LABEL_JOB: "ctr", psjobs.LABEL_ROLE: "chief"}
+    operator_accounts = f"system:serviceaccount:{CHART_NAMESPACE}:"
+    allowed = None if how == "resumed-before-its-deletion" else operator_accounts
+    pods = ChiefPods(k8s, namespace, "ctr")
+    try:
+        with chaos.pod_deletion_refused(k8s, namespace, labels, chief["metadata"]["name"], allowed) as allow:
+            if how == "deleted-by-hand":
+                batch.delete_namespaced_job("ctr-chief", namespace, propagation_policy="Background")
+            else:
+                psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": True}})
+                psjobs.wait_phase(k8s, namespace, "ctr", "Suspended", timeout=30)
+            if how == "suspended":  # its chief does not run on while the garbage collector lags
+                wait_for(lambda: not pods.live, timeout=30, message=lambda: f"no chief pod; {pods.seen}")
+            if how != "deleted-by-hand":
+                psjobs.patch_spec(k8s, namespace, "ctr", {"runPolicy": {"suspend": False}})
+            if how == "resumed-before-its-deletion":
+                psjobs.wait_phase(k8s, namespace, "ctr", "Creating", timeout=30)
+                holds_for(
+                    lambda: pods.live == {chief["metadata"]["uid"]: chief["metadata"]["name"]},
+                    duration=5,
+                    message=lambda: f"the old chief alone, refused its deletion; {pods.seen}",
+                )
+                allow(operator_accounts)
+
+            def new_chief() -> bool:
+                job = as_json(k8s, batch.read_namespaced_job("ctr-chief", namespace))["metadata"]["uid"]
+                return job != old_job and any(
+                    pod["status"].get("phase") == "Running"
+                    and job in {r["uid"] for r in pod["metadata"].get("ownerReferences") or []}
+                    for pod in psjobs.live_pods(k8s, namespace, "ctr", "chief")
+                )
+
+            wait_for(new_chief, timeout=90, message=lambda: f"a chief of a new Job; chief pods {pods.seen}")
+            psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=60)
+    finally:
+        pods.close()
+    assert pods.error is None and pods.most == 1, pods.seen
+    status = psjobs.status(k8s, namespace, "ctr")
+    assert (status["restarts"], status.get("lastFailure")) == (0, None), status
 
 
 def test_deadline_fails_a_job_that_runs_too_long(

@@ -442,6 +442,11 @@ class Kube:
         listed = self._call("GET", self._path(manifest["kind"], namespace), query=query)
         return list(listed.get("items", []))
 
+    def _job_exists(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the Job `name` exists with that uid."""
+        named = self._named(namespace, {"kind": "Job", "metadata": {"name": name}})
+        return any(job.get("metadata", {}).get("uid") == uid for job in named)
+
     def _fold_updates(self, namespace: str, manifest: Obj, result: ApplyResult) -> bool:
         """Fold the operator's Update entries of the child into its Apply entry (managed_fields.py),
         on the child read now, guarded by the version read. False: the child is gone (the next
@@ -492,9 +497,13 @@ class Kube:
         )
 
     def delete_pod(self, namespace: str, deletion: PodDeletion) -> None:
-        """Delete a pod the plan named, only if it is still the pod it saw (uid precondition)."""
+        """Delete a pod the plan named, only if it is still the pod it saw (uid precondition) and,
+        for an orphan, only if its Job is gone (read now, after the pod was seen)."""
+        if deletion.orphan_of is not None and self._job_exists(namespace, *deletion.orphan_of):
+            return
         path = f"/api/v1/namespaces/{namespace}/pods/{deletion.pod}"
-        self._delete_at(path, deletion.uid, gracePeriodSeconds=deletion.grace_seconds)
+        grace = deletion.grace_seconds
+        self._delete_at(path, deletion.uid, **({} if grace is None else {"gracePeriodSeconds": grace}))
 
 
 def _for_uid(manifest: Obj, uid: str | None) -> Obj:

@@ -64,10 +64,12 @@ def pod(
     ip: str | None = "10.0.0.1",
     sidecar: Obj | None = None,
     unschedulable: str | None = None,
+    job_uid: str | None = None,
 ) -> Obj:
     """A pod as the API shows it; `sidecar` adds the status of a `fluent-bit` container, which the
     kubelet lists before the trainer's (it sorts statuses by container name); `unschedulable` is the
-    scheduler's message of a PodScheduled=False condition since the pod's creation."""
+    scheduler's message of a PodScheduled=False condition since the pod's creation. A chief pod is
+    owned by the chief Job of its attempt (`chief_job`), or by the Job of uid `job_uid`."""
     name = f"{JOB}-{role}-{index}" if role != "chief" else f"{JOB}-chief-{attempt or 0}x"
     labels = {LABEL_JOB: JOB, LABEL_ROLE: role, "apps.kubernetes.io/pod-index": str(index)}
     if attempt is not None:
@@ -92,6 +94,11 @@ def pod(
     }
     if deleting:
         meta["deletionTimestamp"] = format_time(NOW)
+    if role == "chief":
+        uid_of_job = job_uid or chief_job_uid(attempt or 0)
+        meta["ownerReferences"] = [
+            {"kind": "Job", "name": f"{JOB}-chief", "uid": uid_of_job, "controller": True}
+        ]
     trainer = {
         "name": "trainer",
         "restartCount": restarts,
@@ -116,10 +123,21 @@ def pod(
     }
 
 
+def chief_job_uid(attempt: int) -> str:
+    """The uid of the chief Job of an attempt, as `chief_job` makes it and its pods name it."""
+    return f"{JOB}-chief-{attempt}-uid"
+
+
 def chief_job(
-    attempt: int = 0, *, failed: str | None = None, complete: bool = False, completed: datetime | None = None
+    attempt: int = 0,
+    *,
+    failed: str | None = None,
+    complete: bool = False,
+    completed: datetime | None = None,
+    uid: str | None = None,
 ) -> Obj:
-    """A chief Job; `completed` is its status.completionTime (the Job controller sets it on success)."""
+    """A chief Job; `completed` is its status.completionTime (the Job controller sets it on success);
+    `uid` replaces the attempt's (a Job made again for the attempt)."""
     conditions = []
     if failed:
         conditions.append(
@@ -129,7 +147,11 @@ def chief_job(
         conditions.append({"type": "Complete", "status": "True"})
     return {
         "kind": "Job",
-        "metadata": {"name": f"{JOB}-chief", "labels": {LABEL_JOB: JOB, LABEL_ATTEMPT: str(attempt)}},
+        "metadata": {
+            "name": f"{JOB}-chief",
+            "uid": uid or chief_job_uid(attempt),
+            "labels": {LABEL_JOB: JOB, LABEL_ATTEMPT: str(attempt)},
+        },
         "spec": {"suspend": False},
         "status": {
             "conditions": conditions,

@@ -606,7 +606,8 @@ def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() 
     """A plain TensorFlow image never serves progress: its chief is not asked at every reconcile.
     Any answer, even a garbled one, ends the back-off."""
     port = _free_port()
-    chief = builders.observed([builders.pod("chief", 0, attempt=0, ip="127.0.0.1")]).chief_pod(0)
+    pods = [builders.pod("chief", 0, attempt=0, ip="127.0.0.1")]
+    chief = builders.observed(pods, builders.chief_job()).chief_pod(0)
 
     async def run() -> None:
         async with aiohttp.ClientSession() as session:

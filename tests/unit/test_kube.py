@@ -380,6 +380,24 @@ def test_pods_are_deleted_with_their_grace_and_uid_precondition() -> None:
     assert kube.calls == [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
     _, body = kube.bodies[0]
     assert body["gracePeriodSeconds"] == 0 and body["preconditions"] == {"uid": "uid-1"}
+    kube.delete_pod(NS, PodDeletion("ctr-chief-0x", "uid-1", None))
+    _, body = kube.bodies[1]
+    assert "gracePeriodSeconds" not in body  # the pod's own terminationGracePeriodSeconds
+
+
+@pytest.mark.parametrize("job_there", ["none", "another uid", "its own"])
+def test_an_orphaned_chief_pod_is_deleted_only_once_its_job_is_gone(job_there: str) -> None:
+    """A chief pod the reconcile found without its Job: the Job is listed by name first, and the pod
+    is kept while its own Job (by uid) exists, seen now though the reconcile's read missed it."""
+    jobs = f"/apis/batch/v1/namespaces/{NS}/jobs"
+    listed = {"none": [], "another uid": ["new-uid"], "its own": ["old-uid"]}[job_there]
+    kube = RecordingKube()
+    kube.wire.by_path[jobs] = {"items": [{"metadata": {"name": "ctr-chief", "uid": uid}} for uid in listed]}
+    kube.delete_pod(NS, PodDeletion("ctr-chief-0x", "uid-1", 5, orphan_of=("ctr-chief", "old-uid")))
+    method, url, *_ = kube.wire.sent[0]
+    assert (method, url) == ("GET", f"https://api.test{jobs}?fieldSelector=metadata.name%3Dctr-chief")
+    deleted = [("DELETE", f"/api/v1/namespaces/{NS}/pods/ctr-chief-0x")]
+    assert kube.calls[1:] == ([] if job_there == "its own" else deleted)
 
 
 def test_network_policies_switched_off_are_deleted_and_what_is_not_ours_is_left() -> None:

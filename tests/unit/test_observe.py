@@ -11,7 +11,7 @@ from psoperator.observe.views import parse_job, parse_pod, slim_child
 from psoperator.plan.children import plan_children
 from psoperator.render import render_children
 from psoperator.timeutil import format_time
-from tests.unit.builders import NOW, chief_job, job, pod
+from tests.unit.builders import NOW, chief_job, job, observed, pod
 
 OOM = {"exitCode": 137, "reason": "OOMKilled", "message": ""}
 
@@ -126,3 +126,18 @@ def test_a_pod_view_keeps_its_owners_and_version_for_the_cache_and_owned_pods() 
     view = parse_pod(raw)
     assert view.owners == (("StatefulSet", "ctr-ps", "sts-uid"),) and view.version == 42
     assert parse_pod(pod("ps", 0)).version == 0  # none: orders first
+
+
+def test_the_chief_is_the_pod_of_the_current_attempts_job_and_any_other_live_one_is_former() -> None:
+    """By the Job's uid: a Job made again for the attempt (a resumed job) has the deleted one's name
+    and attempt, and the deleted one's pod may still run."""
+    old, new = pod("chief", 0, attempt=0), pod("chief", 0, attempt=0, uid="new-pod", job_uid="new-job")
+    done = pod("chief", 0, attempt=0, uid="done", phase="Succeeded", terminated={"exitCode": 0})
+    made_again = observed([old, new, done], chief_job(0, uid="new-job"))
+    assert made_again.chief_pod(0) == parse_pod(new) and made_again.chief_pods(0) == [parse_pod(new)]
+    assert made_again.former_chiefs(0) == [parse_pod(old)]  # the ended one runs nothing
+    jobless = observed([old])
+    assert jobless.chief_pod(0) is None and jobless.former_chiefs(0) == [parse_pod(old)]
+    first = observed([old], chief_job(0))
+    assert first.chief_pod(0) == parse_pod(old) and first.former_chiefs(0) == []
+    assert observed([old], chief_job(1)).former_chiefs(1) == [parse_pod(old)]  # an older attempt's

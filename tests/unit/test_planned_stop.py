@@ -65,9 +65,12 @@ def test_the_answer_lets_the_suspend_go_on_and_says_which_checkpoint_it_was_take
 def test_after_the_suspends_checkpoint_the_parameter_servers_stop_at_once_instead_of_draining() -> None:
     obj = _running(runPolicy={"suspend": True})
     plan = _reconcile(obj, BASE, _answered(_reconcile(obj, BASE)))
-    assert sorted((d.pod, d.grace_seconds) for d in plan.delete_pods) == [("ctr-ps-0", 1), ("ctr-ps-1", 1)]
+    # The chief with its own grace (Draft.stop_pods).
+    chief = ("ctr-chief-0x", None)
+    assert {(d.pod, d.grace_seconds) for d in plan.delete_pods} == {("ctr-ps-0", 1), ("ctr-ps-1", 1), chief}
     refused = _reconcile(obj, BASE, _answered(_reconcile(obj, BASE), 503, CheckpointAnswer(reason="PS gone")))
-    assert not refused.delete_pods  # no checkpoint: they drain while the chief saves on its SIGTERM
+    # No checkpoint: they drain while the chief saves on its SIGTERM.
+    assert [(d.pod, d.grace_seconds) for d in refused.delete_pods] == [chief]
 
 
 def test_a_suspend_asked_for_once_is_not_asked_again_after_an_operator_restart() -> None:

@@ -146,6 +146,7 @@ def test_an_evicted_job_checkpoints_then_stops_then_gives_its_quota_back() -> No
     assert stopped.render is not None and stopped.render.suspended
     assert stopped.workload_patch is None  # its pods still stop
     assert sorted(d.pod for d in stopped.delete_pods if d.grace_seconds == 1) == ["ctr-ps-0", "ctr-ps-1"]
+    assert ("ctr-chief-0x", None) in {(d.pod, d.grace_seconds) for d in stopped.delete_pods}  # its own grace
     gone = reconcile(queued_job(**stopped.status), seen([], evicted, with_chief=False))
     assert gone.workload_patch is not None and gone.workload_patch.status["admission"] is None
     reserved = next(c for c in gone.workload_patch.status["conditions"] if c["type"] == "QuotaReserved")

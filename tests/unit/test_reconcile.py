@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
+from psoperator.api.labels import LABEL_ATTEMPT
 from psoperator.contract import CheckpointAnswer, ProgressReport
 from psoperator.observe.views import Observed
+from psoperator.plan.children import ChildVerb, plan_children
+from psoperator.plan.draft import PodDeletion
 from psoperator.plan.stages import plan_reconcile
 from psoperator.policies.planned_stop import CheckpointOutcome
 from psoperator.render import render_children
@@ -17,6 +20,7 @@ from tests.unit.builders import (
     NOW,
     came_up,
     chief_job,
+    chief_job_uid,
     job,
     observed,
     pod,
@@ -209,12 +213,12 @@ def test_suspend_and_resume() -> None:
     running = with_status(
         job(runPolicy={"suspend": True}), phase="Running", tracking=tracking_of(BASE), startTime="x"
     )
-    asking = plan_reconcile(running, observed(BASE), None, NOW)
+    asking = plan_reconcile(running, observed(BASE, chief_job()), None, NOW)
     assert asking.status["phase"] == "Running" and asking.ask_checkpoint is not None
     outcome = CheckpointOutcome(
         asking.ask_checkpoint, 200, CheckpointAnswer(checkpointStep=340, checkpointPath="/ckpt/c-4"), NOW
     )
-    suspended = plan_reconcile(running, observed(BASE), None, NOW, checkpoint_outcome=outcome)
+    suspended = plan_reconcile(running, observed(BASE, chief_job()), None, NOW, checkpoint_outcome=outcome)
     assert suspended.status["phase"] == "Suspended"
     assert suspended.render is not None and suspended.render.suspended
     assert suspended.status["tracking"] == {"psEstablished": False, "pods": {}}
@@ -240,11 +244,51 @@ def test_a_job_resumed_before_its_chief_pod_stopped_waits_for_it_and_restarts_no
     stopped = [pod("chief", 0, attempt=0, phase="Failed", terminated={"exitCode": 143, "reason": "Error"})]
     later = plan_reconcile({**job(), "status": resumed.status}, observed(stopped), None, NOW)
     assert not later.hold_chief and not later.restarted and later.status["restarts"] == 0
-    # A chief pod of the attempt not being deleted may be the new Job's, seen before its Job: kept.
-    new_pod = plan_reconcile(
-        {**job(), "status": resumed.status}, observed([pod("chief", 0, attempt=0)]), None, NOW
+
+
+def _chief_job_changes(plan: Any, live: list[dict[str, Any]]) -> list[tuple[ChildVerb, str]]:
+    """What the plan's children changes do to the chief Job (its verb and attempt), `live` existing."""
+    assert plan.render is not None
+    desired = render_children(job(), plan.render)
+    changes, _ = plan_children("job-uid", desired, live, hold_chief=plan.hold_chief)
+    return [
+        (c.verb, c.manifest["metadata"]["labels"][LABEL_ATTEMPT])
+        for c in changes
+        if c.manifest["kind"] == "Job" and c.manifest["metadata"]["name"] == "ctr-chief"
+    ]
+
+
+def test_a_job_resumed_while_its_deleted_chief_jobs_pod_still_runs_waits_for_it() -> None:
+    """Suspension deletes the chief Job and its pod; when the pod's deletion did not happen (the
+    API server restarted; the garbage collector lags after that) the pod still runs, not being
+    deleted, of the attempt the resumed job runs. The new chief Job waits until it is gone, and the
+    pod is deleted once its Job is known gone."""
+    no_ask = {"checkpointBeforeStopSeconds": 0}  # test_suspend_and_resume has the checkpoint first
+    suspending = with_status(
+        job(runPolicy={"suspend": True}, failurePolicy=no_ask), phase="Running", tracking=tracking_of(BASE)
     )
-    assert not new_pod.hold_chief and new_pod.delete_pods == []
+    suspended = plan_reconcile(suspending, observed(BASE, chief_job(0)), None, NOW)
+    ours = chief_job(0)
+    ours["metadata"]["ownerReferences"] = [{"kind": "PSTrainingJob", "name": "ctr", "uid": "job-uid"}]
+    assert _chief_job_changes(suspended, [ours]) == [(ChildVerb.DELETE, "0")]
+    # Its pod is deleted too, with its own grace, not left to the garbage collector...
+    assert suspended.delete_pods == [PodDeletion("ctr-chief-0x", "ctr-chief-0x-uid", None)]
+    # ... but that deletion may fail (the API server restarts) before the job is resumed.
+    left = observed([pod("chief", 0, attempt=0)])  # its Job gone; the pod neither deleted nor stopped
+    resumed = plan_reconcile({**job(), "status": suspended.status}, left, None, NOW)
+    assert resumed.hold_chief and resumed.awaits_departure and _chief_job_changes(resumed, []) == []
+    orphan = PodDeletion("ctr-chief-0x", "ctr-chief-0x-uid", 5, orphan_of=("ctr-chief", chief_job_uid(0)))
+    assert resumed.delete_pods == [orphan]
+    stopping = observed([pod("chief", 0, attempt=0, deleting=True)])
+    again = plan_reconcile({**job(), "status": resumed.status}, stopping, None, NOW)
+    assert again.hold_chief and again.delete_pods == [] and _chief_job_changes(again, []) == []
+    gone = plan_reconcile({**job(), "status": again.status}, observed([]), None, NOW)
+    assert not gone.hold_chief and _chief_job_changes(gone, []) == [(ChildVerb.CREATE, "0")]
+    # The new Job's pod is its chief: nothing held, nothing deleted, no restart.
+    new = observed([pod("chief", 0, attempt=0, job_uid="new")], chief_job(0, uid="new"))
+    resumed_chief = plan_reconcile({**job(), "status": gone.status}, new, None, NOW)
+    assert not resumed_chief.hold_chief and resumed_chief.delete_pods == []
+    assert resumed_chief.status["restarts"] == 0
 
 
 def test_deadline_fails_the_job() -> None:

@@ -250,6 +250,7 @@ class JobView:
     """A batch/v1 Job (the chief's or the evaluator's)."""
 
     name: str
+    uid: str
     attempt: int | None
     succeeded: bool
     failed: bool
@@ -268,6 +269,7 @@ def parse_job(job: Obj) -> JobView:
     complete = _dict(conditions.get("Complete"))
     return JobView(
         name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
         attempt=_int(_dict(meta.get("labels")).get(LABEL_ATTEMPT)),
         succeeded=complete.get("status") == "True",
         failed=failed.get("status") == "True",
@@ -340,15 +342,16 @@ class Observed:
         return [*([chief] if chief is not None else []), *others]
 
     def former_chiefs(self, attempt: int) -> list[PodView]:
-        """Chief pods whose containers may still run: of other attempts (being deleted or not), and
-        of this one when they are being deleted while its Job does not exist (the Job was deleted
-        by a suspension, and the job resumed before the pod stopped). A pod of this attempt that is
-        not being deleted may be the new Job's own, seen before the Job: it is never one of them."""
-        jobless = self.current_chief_job(attempt) is None
+        """Chief pods whose containers may still run (being deleted or not) that the current
+        attempt's chief Job does not own: of other attempts, and of this one whose Job is gone
+        (deleted by a suspension, a queue's stop or a user; the garbage collector has not removed
+        its pods yet) or has another uid. A pod whose Job the reconcile has not seen yet is one of
+        them too: the new Job waits, and it is deleted only once its Job is known gone
+        (PodDeletion.orphan_of)."""
         return [
             p
             for p in self.role_pods(Role.CHIEF)
-            if (p.attempt != attempt or (jobless and p.deleting)) and p.phase not in ("Succeeded", "Failed")
+            if not self._of_current_job(p, attempt) and p.phase not in ("Succeeded", "Failed")
         ]
 
     def current_chief_job(self, attempt: int) -> JobView | None:
@@ -356,16 +359,32 @@ class Observed:
         job = self.chief_job
         return job if job is not None and job.attempt == attempt else None
 
+    def _of_current_job(self, pod: PodView, attempt: int) -> bool:
+        """The pod is of this attempt's chief Job, by the Job's uid: a resumed job's new Job has the
+        attempt and the name of the deleted one, whose pod may still run."""
+        job = self.current_chief_job(attempt)
+        return pod.attempt == attempt and job is not None and chief_job_of(pod) == (job.name, job.uid)
+
+    def chief_pods(self, attempt: int) -> list[PodView]:
+        """The pods of the current attempt's chief Job, whatever their phase."""
+        return [p for p in self.role_pods(Role.CHIEF) if self._of_current_job(p, attempt)]
+
     def chief_pod(self, attempt: int) -> PodView | None:
-        """The newest live pod of the chief's current attempt."""
-        pods = [p for p in self.role_pods(Role.CHIEF) if p.attempt == attempt]
-        return max(pods, key=lambda p: (not p.deleting, p.created or ""), default=None)
+        """The newest live pod of the current attempt's chief Job."""
+        return max(self.chief_pods(attempt), key=lambda p: (not p.deleting, p.created or ""), default=None)
 
     def last_chief_pod(self, attempt: int) -> PodView | None:
         """The attempt's chief pod, or the last state the watch showed of it once it is gone (a real
         kubelet removes a deleted pod right after its container exits)."""
-        gone = (p for p in self.departed.values() if p.role is Role.CHIEF and p.attempt == attempt)
+        gone = (
+            p for p in self.departed.values() if p.role is Role.CHIEF and self._of_current_job(p, attempt)
+        )
         return self.chief_pod(attempt) or max(gone, key=lambda p: p.created or "", default=None)
+
+
+def chief_job_of(pod: PodView) -> tuple[str, str] | None:
+    """The (name, uid) of the Job that owns a chief pod."""
+    return next(((name, uid) for kind, name, uid in pod.owners if kind == "Job"), None)
 
 
 def build_observed(

@@ -46,11 +46,18 @@ class Event:
 
 @dataclass(frozen=True)
 class PodDeletion:
-    """A pod to delete, if it is still the one with this uid, with this grace (0: force)."""
+    """A pod to delete, if it is still the one with this uid, with this grace (0: force).
+
+    With `orphan_of`, the (name, uid) of the pod's Job, which the reconcile did not see: the pod is
+    deleted only if no Job of that uid exists. A Job created while the reconcile read may be
+    missing from what it read while its new pod is there; a uid never comes back, so a Job of
+    that uid absent after the pod was seen is gone for good.
+    """
 
     pod: str
     uid: str
-    grace_seconds: int
+    grace_seconds: int | None  # None: the pod's own terminationGracePeriodSeconds
+    orphan_of: tuple[str, str] | None = None
 
 
 @dataclass(kw_only=True)
@@ -198,11 +205,18 @@ class Draft(Actions):
 
     def stop_pods(self, reason: str, message: str) -> None:
         """Nothing of the job runs (suspended, or waiting for its queue): its pods go on purpose, so
-        nothing is tracked, and the deadline, which counts running time only, does not run."""
+        nothing is tracked, and the deadline, which counts running time only, does not run. The
+        chief Job is deleted, and its pod with it, with the pod's own grace: left to the garbage
+        collector, which lags after an API server restart, the chief would train on."""
         self.status.start_time = None
         self.status.tracking = Tracking()
         self.condition(ConditionType.RUNNING, False, reason, message)
         self.render = self.options(suspended=True)
+        self.delete_pods += [
+            PodDeletion(p.name, p.uid, None)
+            for p in self.observed.role_pods(Role.CHIEF)
+            if not p.deleting and p.phase not in ("Succeeded", "Failed")
+        ]
 
     def awaiting_checkpoint(self, ask: CheckpointAsk) -> bool:
         """Whether the stop waits for the chief's answer to `ask`: asked now, unless it was answered

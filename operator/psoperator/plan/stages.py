@@ -29,7 +29,7 @@ from psoperator.api.models import (
 from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
 from psoperator.contract import ProgressReport, Role
 from psoperator.observe.failures import Failure
-from psoperator.observe.views import START_ERRORS, Observed
+from psoperator.observe.views import START_ERRORS, Observed, chief_job_of
 from psoperator.plan.draft import (
     RECYCLED_PS_GRACE_SECONDS,
     Draft,
@@ -466,13 +466,19 @@ OLD_CHIEF_POLL_SECONDS = 0.5
 
 
 def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
-    """Never two coordinators: while a chief pod of an older attempt runs (it was asked to stop with
-    a grace period, or its node is gone), the current attempt's chief Job is not created."""
-    former = d.observed.former_chiefs(d.status.restarts)
+    """Never two coordinators: while a chief pod that the current attempt's chief Job does not own
+    runs (of an older attempt, or left by a deleted Job of this one; asked to stop with a grace
+    period, or its node is gone), the current attempt's chief Job is not created."""
+    attempt = d.status.restarts
+    former = d.observed.former_chiefs(attempt)
     d.hold_chief = d.hold_chief or bool(former)
     # A pod of a lost node is force-deleted already (force_delete_lost_pods).
     asked = [p for p in former if not (p.deleting or p.node_lost)]
-    d.delete_pods += [PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS) for p in asked]
+    d.delete_pods += [
+        # Of this attempt, it is former only because its Job was not seen: deleted once that is gone.
+        PodDeletion(p.name, p.uid, OLD_CHIEF_GRACE_SECONDS, chief_job_of(p) if p.attempt == attempt else None)
+        for p in asked
+    ]
     if former:
         d.awaits_departure = True
         d.wake_in(OLD_CHIEF_POLL_SECONDS)

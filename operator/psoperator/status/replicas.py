@@ -20,7 +20,7 @@ def replica_statuses(
         desired[Role.EVALUATOR] = 1
     result: dict[str, ReplicaStatus] = {}
     for role, want in desired.items():
-        pods = [p for p in observed.role_pods(role) if role is not Role.CHIEF or p.attempt == attempt]
+        pods = observed.chief_pods(attempt) if role is Role.CHIEF else observed.role_pods(role)
         before = previous.get(role.value, ReplicaStatus())
         result[role.value] = ReplicaStatus(
             desired=want,
