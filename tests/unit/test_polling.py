@@ -21,7 +21,7 @@ from psoperator.contract import (
 )
 from psoperator.control import polling
 from psoperator.policies.planned_stop import CheckpointAsk, StopCause
-from tests.unit.builders import observed, pod
+from tests.unit.builders import chief_job, observed, pod
 
 
 def test_a_chief_that_never_refused_is_always_asked() -> None:
@@ -233,7 +233,7 @@ def test_every_request_to_the_chief_carries_the_jobs_token() -> None:
 
 def _reported(body: bytes) -> tuple[Any, Any]:
     """What chief_report makes of a running chief whose progress port on loopback answers `body`."""
-    chief = observed([pod("chief", 0, attempt=0, ip="127.0.0.1")]).chief_pod(0)
+    chief = observed([pod("chief", 0, attempt=0, ip="127.0.0.1")], chief_job()).chief_pod(0)
 
     async def progress(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse()  # chunked: no Content-Length to go by

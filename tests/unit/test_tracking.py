@@ -122,6 +122,8 @@ def _named(obj: dict[str, Any], name: str, uid: str | None = None) -> dict[str, 
     meta = obj["metadata"]
     meta["name"] = meta["name"].replace("ctr", name, 1)
     meta["labels"] = {**meta.get("labels", {}), LABEL_JOB: name}
+    for owner in meta.get("ownerReferences", []):
+        owner["name"] = owner["name"].replace("ctr", name, 1)
     if uid is not None:
         meta["uid"] = uid
     return obj
