@@ -36,6 +36,8 @@ from e2e.real.example import PLAIN_TF_IMAGE, TRAINER_IMAGE
 from e2e.real.kueue import NAMESPACE as KUEUE_NAMESPACE
 from e2e.real.kueue import KueueObjects
 from e2e.real.kueue import install as install_kueue
+from e2e.real.objectstore import Store
+from e2e.real.objectstore import install as install_store
 from e2e.util import as_json, unavailable, wait_for
 
 OPERATOR_IMAGE = os.environ.get("PSOPERATOR_OPERATOR_IMAGE", "ps-training-operator:dev")
@@ -192,6 +194,15 @@ def release(kubeconfig: Path, k8s: client.ApiClient, images: dict[str, str]) -> 
     yield RELEASE_NS
     helm(kubeconfig, "uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait", "--ignore-not-found")
     kubectl(kubeconfig, "delete", "namespace", RELEASE_NS, "--wait=false")
+
+
+@pytest.fixture(scope="package")
+def store(kubeconfig: Path, images: dict[str, str]) -> Store:
+    """SeaweedFS's S3 gateway in the cluster, with its bucket and identity (objectstore.py)."""
+    found, took = install_store(kubeconfig)
+    for step, seconds in took.items():
+        FIGURES.record(step, seconds, "s")
+    return found
 
 
 @pytest.fixture(scope="package")

@@ -12,10 +12,7 @@ the operator hands to the roles that touch the bucket.
 
 from __future__ import annotations
 
-import re
-import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +30,6 @@ from e2e.real.test_training import (
     CHECKPOINT_STEPS,
     STEPS,
     LastStep,
-    apply_example,
     chief_pods,
     progress,
     restarted_in_place,
@@ -45,14 +41,6 @@ from e2e.util import wait_for
 
 SECRET = "ctr-s3"
 Obj = dict[str, Any]
-
-
-@pytest.fixture(scope="package")
-def store(kubeconfig: Path, figures: Figures, images: dict[str, str]) -> Iterator[Store]:
-    found, took = objectstore.install(kubeconfig)
-    for step, seconds in took.items():
-        figures.record(step, seconds, "s")
-    yield found
 
 
 def apply_on_s3(
@@ -189,41 +177,3 @@ def test_storage_that_is_not_there_fails_the_job_saying_why(
     told = [e.message for e in events(k8s, namespace, name) if said in (e.message or "")]
     assert told, f"no event says {said!r}"
     assert "not-the-secret" not in str(status) and objectstore.SECRET_KEY not in str(status)
-
-
-def chief_log_seconds(kubeconfig: Path, namespace: str, pod: Obj, pattern: str) -> list[float]:
-    """The seconds in each of a chief's log lines that `pattern` (one group) matches."""
-    text = kubectl(kubeconfig, "logs", "-n", namespace, pod["metadata"]["name"], "-c", "trainer")
-    return [float(seconds) for seconds in re.findall(pattern, text)]
-
-
-SAVED = r"checkpoint at step \d+: \S+ \(([0-9.]+) s\)"
-RESTORED = r"resumed from step \d+ \(checkpoint \S+, ([0-9.]+) s\)"
-
-
-def test_save_and_restore_times_on_the_bucket_and_on_a_volume(
-    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, store: Store, figures: Figures
-) -> None:
-    """The example's checkpoint saved every 100 steps, then restored by a warm start, in the bucket
-    and on the hostPath volume that stands in for a ReadWriteMany claim, one after the other."""
-    for storage in ("s3", "volume"):
-        if storage == "s3":
-            name = apply_on_s3(kubeconfig, namespace, store, f"{namespace}/timed")
-        else:
-            name = apply_example(kubeconfig, namespace)
-        wait_succeeded(k8s, namespace, name)
-        saves = chief_log_seconds(kubeconfig, namespace, chief_pods(k8s, namespace, name)[-1], SAVED)
-        kubectl(kubeconfig, "delete", "psjob", name, "-n", namespace, "--wait=true", timeout=180)
-        if storage == "s3":
-            name = apply_on_s3(
-                kubeconfig, namespace, store, f"{namespace}/timed", steps=STEPS + CHECKPOINT_STEPS
-            )
-        else:
-            name = apply_example(kubeconfig, namespace, steps=STEPS + CHECKPOINT_STEPS)
-        warm = wait_succeeded(k8s, namespace, name)
-        assert warm["resumedFromStep"] == STEPS, warm
-        restores = chief_log_seconds(kubeconfig, namespace, chief_pods(k8s, namespace, name)[-1], RESTORED)
-        kubectl(kubeconfig, "delete", "psjob", name, "-n", namespace, "--wait=true", timeout=180)
-        assert saves and len(restores) == 1, (saves, restores)
-        figures.record(f"checkpoint save on {storage}: median of {len(saves)}", statistics.median(saves), "s")
-        figures.record(f"checkpoint restore on {storage}", restores[0], "s")
