@@ -229,6 +229,29 @@ def test_suspend_and_resume() -> None:
     assert "Resumed" in [e.reason for e in resumed.events]
 
 
+@pytest.mark.parametrize(("resumed_seconds_ago", "failed"), [(0, False), (60, True)])
+def test_a_pod_the_suspension_deleted_is_no_failure_when_seen_deleted_after_the_resume(
+    resumed_seconds_ago: int, failed: bool
+) -> None:
+    """The resume's reconcile may see a pod the suspension stopped as still running (its watch
+    lags), and track it; its deletion, asked before the resume, is the suspension's doing, not a
+    failure. One asked after the resume is one."""
+    resumed = {
+        "type": "Suspended",
+        "status": "False",
+        "reason": "Resumed",
+        "lastTransitionTime": format_time(NOW - timedelta(seconds=resumed_seconds_ago)),
+    }
+    status = came_up(phase="Running", tracking=tracking_of(BASE))
+    status["conditions"].append(resumed)
+    sigterm = {"exitCode": 143, "reason": "Error"}
+    stopped = pod("worker", 0, phase="Failed", terminated=sigterm, deleting=True)
+    pods = [stopped if p["metadata"]["name"] == "ctr-worker-0" else p for p in BASE]
+    plan = plan_reconcile(with_status(job(), **status), observed(pods, chief_job()), None, NOW)
+    assert ("lastFailure" in plan.status) == failed, plan.status.get("lastFailure")
+    assert plan.failures == ([("worker", "Error")] if failed else [])
+
+
 def test_a_job_resumed_before_its_chief_pod_stopped_waits_for_it_and_restarts_nothing() -> None:
     """Suspension deleted the chief Job; its pod (same attempt) is still stopping at the resume:
     the new chief Job waits for it, and its ending is no failure."""

@@ -40,12 +40,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
+from psoperator.api.vocabulary import ConditionType
 from psoperator.contract import Role
 from psoperator.observe.failures import Failure, chief_failure, detect_failures
 from psoperator.observe.views import Observed
 from psoperator.policies import ps_recycle
 from psoperator.sizing.oom import suggestion_for_oom
 from psoperator.status.tracking import overdue, start_error_of, tracked_pods
+from psoperator.timeutil import parse_time
 
 
 class RecoveryAction(enum.Enum):
@@ -161,7 +163,9 @@ def situation(
     # PS pods restarted with the chief went away on purpose: not failures (a status an older
     # operator wrote may still track them).
     tracking = ps_recycle.untracked(status.tracking.pods, status.tracking.recycling or {})
-    failures = detect_failures(tracking, tracked_pods(observed), observed.departed)
+    stopped = _stopped_by_suspension(status, observed)
+    seen = detect_failures(tracking, tracked_pods(observed), observed.departed)
+    failures = [f for f in seen if f.pod not in stopped]
     job = observed.current_chief_job(status.restarts)
     live = job is not None and not job.deleting
     chief = None
@@ -185,6 +189,24 @@ def situation(
         chief=chief,
         chief_job_live=live,
     )
+
+
+def _stopped_by_suspension(status: PSTrainingJobStatus, observed: Observed) -> set[str]:
+    """Pods whose deletion was asked before the job was last resumed (or in the same second): the
+    suspension stopped them. The resume's reconcile may have seen one still running, its watch
+    behind, and tracked it; its ending is no failure."""
+    resumed = next(
+        (
+            parse_time(c.last_transition_time)
+            for c in status.conditions
+            if c.type == ConditionType.SUSPENDED and c.status == "False"
+        ),
+        None,
+    )
+    if resumed is None:
+        return set()
+    pods = [*tracked_pods(observed), *observed.departed.values()]
+    return {p.name for p in pods if (asked := parse_time(p.deleted_at)) is not None and asked <= resumed}
 
 
 def _with_oom_advice(spec: PSTrainingJobSpec, failure: Failure) -> Failure:
