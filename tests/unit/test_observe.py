@@ -6,6 +6,8 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER
 from psoperator.observe.views import parse_job, parse_pod, slim_child
 from psoperator.plan.children import plan_children
@@ -86,6 +88,38 @@ def test_a_disrupted_pod_says_since_when() -> None:
     obj["status"]["conditions"][-1]["lastTransitionTime"] = format_time(NOW)
     view = parse_pod(obj)
     assert (view.disruption, view.disrupted_at) == ("PreemptionByScheduler", format_time(NOW))
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("metadata", "labels", "psoperator.io/attempt"), "\u00b2"),  # a digit to isdigit(), not to int()
+        (("metadata", "labels", "apps.kubernetes.io/pod-index"), "\u00b2"),
+        (("metadata", "resourceVersion"), "\u00b2"),
+        (("metadata", "labels", "psoperator.io/attempt"), str(2**64)),  # beyond the status's 64 bits
+        (("metadata", "deletionTimestamp"), 1),
+        (("metadata", "deletionGracePeriodSeconds"), 10**11),  # before the calendar's first year
+        (("status", "podIP"), ["10.0.0.1"]),
+    ],
+)
+def test_an_odd_field_of_a_pod_reads_as_unknown(where: tuple[str, ...], value: Any) -> None:
+    obj = pod("ps", 0, attempt=0)
+    obj["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:30Z"
+    *parents, key = where
+    node = obj
+    for parent in parents:
+        node = node[parent]
+    node[key] = value
+    view = parse_pod(obj)
+    read = {
+        "psoperator.io/attempt": view.attempt,
+        "apps.kubernetes.io/pod-index": view.index,
+        "resourceVersion": view.version,
+        "deletionTimestamp": view.deleted_at,
+        "deletionGracePeriodSeconds": view.deleted_at,
+        "podIP": view.ip,
+    }[key]
+    assert read in (None, 0)
 
 
 def _live(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:

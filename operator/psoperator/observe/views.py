@@ -44,14 +44,22 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# The largest count, index or exit code read: the job's status keeps them as 64-bit integers.
+_INT_LIMIT = 2**63
+
+
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
+    """A count, an index or an exit code, as a number or a label's decimal digits: a non-negative
+    integer of 64 bits, else unknown. (isdecimal, not isdigit: int() refuses a superscript digit.)"""
+    if isinstance(value, str) and value.isdecimal():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+    return value if 0 <= value < _INT_LIMIT else None
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ def _termination(state: Any) -> Termination | None:
         exit_code=_int(terminated.get("exitCode")),
         reason=str(terminated.get("reason") or "Error"),
         message=str(terminated.get("message") or ""),
-        finished_at=terminated.get("finishedAt"),
+        finished_at=_str(terminated.get("finishedAt")),
     )
 
 
@@ -91,7 +99,7 @@ def _unscheduled(conditions: list[Obj]) -> Unscheduled | None:
     return Unscheduled(
         reason=str(scheduled.get("reason") or "Unschedulable"),
         message=str(scheduled.get("message") or ""),
-        since=scheduled.get("lastTransitionTime"),
+        since=_str(scheduled.get("lastTransitionTime")),
     )
 
 
@@ -150,8 +158,7 @@ def _index_of(meta: Obj, name: str) -> int | None:
         index = _int(labels.get(key))
         if index is not None:
             return index
-    suffix = name.rsplit("-", 1)[-1]
-    return int(suffix) if suffix.isdigit() else None
+    return _int(name.rsplit("-", 1)[-1])
 
 
 def _trainer_name(meta: Obj, spec: Obj) -> str | None:
@@ -204,20 +211,20 @@ def parse_pod(pod: Obj) -> PodView:
         restarts=_int(trainer.get("restartCount")) or 0,
         deleting=bool(meta.get("deletionTimestamp")),
         attempt=_int(labels.get(LABEL_ATTEMPT)),
-        ip=status.get("podIP") or None,
-        node=_dict(pod.get("spec")).get("nodeName"),
+        ip=_str(status.get("podIP")) or None,
+        node=_str(_dict(pod.get("spec")).get("nodeName")),
         terminated=_termination(trainer.get("state")),
         last_terminated=_termination(trainer.get("lastState")),
-        waiting_reason=waiting.get("reason"),
+        waiting_reason=_str(waiting.get("reason")),
         waiting_message=str(waiting.get("message") or ""),
         disruption=str(disruption.get("reason") or "Disrupted") if disruption else None,
-        disrupted_at=disruption.get("lastTransitionTime") if disruption else None,
+        disrupted_at=_str(disruption.get("lastTransitionTime")) if disruption else None,
         deleted_at=_deletion_asked(meta),
         deletion_grace=_int(meta.get("deletionGracePeriodSeconds"))
         if meta.get("deletionTimestamp")
         else None,
-        pod_reason=status.get("reason"),
-        created=meta.get("creationTimestamp"),
+        pod_reason=_str(status.get("reason")),
+        created=_str(meta.get("creationTimestamp")),
         sidecar_restarts={str(s.get("name")): _int(s.get("restartCount")) or 0 for s in sidecars},
         unscheduled=_unscheduled(conditions),
         owners=tuple(
@@ -233,16 +240,18 @@ def resource_version(meta: Obj) -> int:
     """The object's resourceVersion as a number: etcd's revision, which every version of an object
     and every write's response carries. The API contract calls it opaque, so a value that is not a
     number orders as 0 (then the latest to arrive wins)."""
-    text = str(meta.get("resourceVersion") or "")
-    return int(text) if text.isdigit() else 0
+    return _int(meta.get("resourceVersion")) or 0
 
 
 def _deletion_asked(meta: Obj) -> str | None:
     """When the pod's deletion was asked: the API server sets deletionTimestamp that far ahead."""
-    deadline = parse_time(meta.get("deletionTimestamp"))
+    deadline = parse_time(_str(meta.get("deletionTimestamp")))
     if deadline is None:
         return None
-    return format_time(deadline - timedelta(seconds=_int(meta.get("deletionGracePeriodSeconds")) or 0))
+    try:
+        return format_time(deadline - timedelta(seconds=_int(meta.get("deletionGracePeriodSeconds")) or 0))
+    except OverflowError:  # a grace period beyond the calendar: when it was asked is unknown
+        return None
 
 
 @dataclass(frozen=True)
@@ -273,12 +282,12 @@ def parse_job(job: Obj) -> JobView:
         attempt=_int(_dict(meta.get("labels")).get(LABEL_ATTEMPT)),
         succeeded=complete.get("status") == "True",
         failed=failed.get("status") == "True",
-        failure_reason=failed.get("reason"),
+        failure_reason=_str(failed.get("reason")),
         failure_message=str(failed.get("message") or ""),
         active=_int(status.get("active")) or 0,
         suspended=bool(spec.get("suspend")),
         deleting=bool(meta.get("deletionTimestamp")),
-        completion_time=status.get("completionTime"),
+        completion_time=_str(status.get("completionTime")),
     )
 
 
@@ -305,7 +314,7 @@ def parse_node(node: Obj) -> NodeView:
     return NodeView(
         name=str(_dict(node.get("metadata")).get("name", "")),
         ready=str(ready.get("status") or "Unknown"),
-        since=ready.get("lastTransitionTime"),
+        since=_str(ready.get("lastTransitionTime")),
         out_of_service=any(t.get("key") == TAINT_OUT_OF_SERVICE for t in taints),
     )
 
