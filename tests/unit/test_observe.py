@@ -10,6 +10,7 @@ import pytest
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER
 from psoperator.observe.views import parse_job, parse_pod, slim_child
+from psoperator.observe.workload import parse_workload
 from psoperator.plan.children import plan_children
 from psoperator.render import render_children
 from psoperator.timeutil import format_time
@@ -175,3 +176,22 @@ def test_the_chief_is_the_pod_of_the_current_attempts_job_and_any_other_live_one
     first = observed([old], chief_job(0))
     assert first.chief_pod(0) == parse_pod(old) and first.former_chiefs(0) == []
     assert observed([old], chief_job(1)).former_chiefs(1) == [parse_pod(old)]  # an older attempt's
+
+
+def test_a_job_condition_without_a_type_is_left_out() -> None:
+    obj = chief_job(failed="BackoffLimitExceeded")
+    obj["status"]["conditions"] += [{"type": ["Complete"], "status": "True"}, None]
+    view = parse_job(obj)
+    assert (view.failed, view.succeeded, view.failure_reason) == (True, False, "BackoffLimitExceeded")
+
+
+def test_an_odd_field_of_a_workload_reads_as_missing() -> None:
+    admitted = {"type": "Admitted", "status": "True"}
+    status = {
+        "conditions": [None, {"status": "True"}, admitted],
+        "admission": ["cq"],
+        "admissionChecks": [None, {"podSetUpdates": [None, {"name": "ps"}]}],
+    }
+    view = parse_workload({"metadata": {"name": "w", "resourceVersion": 7}, "status": status})
+    assert (view.conditions, view.cluster_queue, view.assignments) == ((admitted,), None, ())
+    assert (view.updates, view.resource_version) == (({"name": "ps"},), "7")

@@ -15,6 +15,10 @@ from typing import Any
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
 from psoperator.contract import Role
 from psoperator.managed_fields import folds
+from psoperator.observe.fields import dict_of as _dict
+from psoperator.observe.fields import int_of as _int
+from psoperator.observe.fields import list_of as _list
+from psoperator.observe.fields import str_of as _str
 from psoperator.observe.workload import KueueView, WorkloadView, parse_workload
 from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time
@@ -34,32 +38,6 @@ START_ERRORS = frozenset(
         "CreateContainerError",
     }
 )
-
-
-def _dict(value: Any) -> Obj:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-# The largest count, index or exit code read: the job's status keeps them as 64-bit integers.
-_INT_LIMIT = 2**63
-
-
-def _int(value: Any) -> int | None:
-    """A count, an index or an exit code, as a number or a label's decimal digits: a non-negative
-    integer of 64 bits, else unknown. (isdecimal, not isdigit: int() refuses a superscript digit.)"""
-    if isinstance(value, str) and value.isdecimal():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if 0 <= value < _INT_LIMIT else None
 
 
 @dataclass(frozen=True)
@@ -273,7 +251,9 @@ class JobView:
 
 def parse_job(job: Obj) -> JobView:
     meta, spec, status = _dict(job.get("metadata")), _dict(job.get("spec")), _dict(job.get("status"))
-    conditions = {c.get("type"): c for c in _list(status.get("conditions")) if isinstance(c, dict)}
+    conditions = {
+        c["type"]: c for c in _list(status.get("conditions")) if isinstance(_dict(c).get("type"), str)
+    }
     failed = _dict(conditions.get("Failed"))
     complete = _dict(conditions.get("Complete"))
     return JobView(
