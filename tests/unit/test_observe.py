@@ -97,6 +97,7 @@ def test_a_disrupted_pod_says_since_when() -> None:
         (("metadata", "labels", "psoperator.io/attempt"), "\u00b2"),  # a digit to isdigit(), not to int()
         (("metadata", "labels", "apps.kubernetes.io/pod-index"), "\u00b2"),
         (("metadata", "resourceVersion"), "\u00b2"),
+        (("metadata", "resourceVersion"), "1" * 5000),  # more digits than int() reads
         (("metadata", "labels", "psoperator.io/attempt"), str(2**64)),  # beyond the status's 64 bits
         (("metadata", "deletionTimestamp"), 1),
         (("metadata", "deletionGracePeriodSeconds"), 10**11),  # before the calendar's first year

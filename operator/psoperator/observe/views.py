@@ -14,11 +14,11 @@ from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
 from psoperator.contract import Role
+from psoperator.fields import dict_of as _dict
+from psoperator.fields import int_of as _int
+from psoperator.fields import list_of as _list
+from psoperator.fields import str_of as _str
 from psoperator.managed_fields import folds
-from psoperator.observe.fields import dict_of as _dict
-from psoperator.observe.fields import int_of as _int
-from psoperator.observe.fields import list_of as _list
-from psoperator.observe.fields import str_of as _str
 from psoperator.observe.workload import KueueView, WorkloadView, parse_workload
 from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from psoperator.observe.fields import dict_of, list_of, str_of
+from psoperator.fields import dict_of, list_of, str_of
 
 Obj = dict[str, Any]
 

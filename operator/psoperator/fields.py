@@ -1,5 +1,5 @@
 """Fields of an API object read as the type the operator expects, or as unknown: what makes parsing
-the observed objects forgiving (views.py, workload.py)."""
+the observed objects (observe/) and the records of its own status (api/models.py) forgiving."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ Obj = dict[str, Any]
 
 # The largest count, index or exit code read: the job's status keeps them as 64-bit integers.
 INT_LIMIT = 2**63
+INT_DIGITS = len(str(INT_LIMIT))
 
 
 def dict_of(value: Any) -> Obj:
@@ -25,8 +26,9 @@ def str_of(value: Any) -> str | None:
 
 def int_of(value: Any) -> int | None:
     """A count, an index or an exit code, as a number or a label's decimal digits: a non-negative
-    integer of 64 bits, else unknown. (isdecimal, not isdigit: int() refuses a superscript digit.)"""
-    if isinstance(value, str) and value.isdecimal():
+    integer of 64 bits, else unknown. (isdecimal, not isdigit: int() refuses a superscript digit; and
+    it refuses more than 4,300 digits.)"""
+    if isinstance(value, str) and value.isdecimal() and len(value) <= INT_DIGITS:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         return None
