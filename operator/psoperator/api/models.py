@@ -82,19 +82,28 @@ class EvaluatorSpec(_Model):
     )
 
 
+# What the API server requires of a Secret's key (an env var's secretKeyRef.key): checked here, so a
+# bad key is refused with the job instead of failing every pod template's create.
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+
+
 class SecretKeys(_Model):
     name: str = Field(..., min_length=1, max_length=253, description="A Secret in the job's namespace.")
     access_key_id_key: str = Field(
         "AWS_ACCESS_KEY_ID",
         alias="accessKeyIdKey",
         min_length=1,
-        description="Its key holding the access key ID.",
+        max_length=253,
+        pattern=SECRET_KEY,
+        description="Its key holding the access key ID (letters, digits, '-', '_', '.').",
     )
     secret_access_key_key: str = Field(
         "AWS_SECRET_ACCESS_KEY",
         alias="secretAccessKeyKey",
         min_length=1,
-        description="Its key holding the secret access key.",
+        max_length=253,
+        pattern=SECRET_KEY,
+        description="Its key holding the secret access key (letters, digits, '-', '_', '.').",
     )
 
 
