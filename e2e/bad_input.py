@@ -389,6 +389,16 @@ CREATE: tuple[BadInput, ...] = (
         cel("spec.checkpoint.s3.endpoint"),
     ),
     BadInput(
+        "checkpoint-s3-secret-key-with-a-slash",
+        "spec.checkpoint",
+        {
+            "dir": "s3://bucket/ckpt",
+            "s3": {"credentialsSecret": {"name": "store", "accessKeyIdKey": "aws/id"}},
+        },
+        ("spec.checkpoint.s3.credentialsSecret.accessKeyIdKey", "should match"),
+        PATTERN,
+    ),
+    BadInput(
         "checkpoint-volume-with-uri",
         "spec.checkpoint",
         {"dir": "gs://bucket/ckpt", "volume": {"emptyDir": {}}},

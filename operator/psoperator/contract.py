@@ -147,12 +147,16 @@ class CheckpointRequest(BaseModel):
     )
 
 
+# The largest step a report or an answer may give: the job's status keeps steps as 64-bit integers.
+MAX_STEP = 2**63 - 1
+
+
 class CheckpointAnswer(BaseModel):
     """The answer to POST CHECKPOINT_PATH: the checkpoint (status SAVED), or why there is none."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
-    checkpoint_step: int | None = Field(None, alias="checkpointStep", ge=0)
+    checkpoint_step: int | None = Field(None, alias="checkpointStep", ge=0, le=MAX_STEP)
     checkpoint_path: str | None = Field(None, alias="checkpointPath")
     saved: bool = Field(False, description="Written for this request (false: it already existed).")
     reason: str | None = None
@@ -253,8 +257,6 @@ class ExitCode(enum.IntEnum):
 DEFAULT_PERMANENT_EXIT_CODES: tuple[int, ...] = (int(ExitCode.PERMANENT), int(ExitCode.BAD_CONFIG))
 
 
-# The largest step a report may give: the job's status keeps steps as 64-bit integers.
-MAX_STEP = 2**63 - 1
 # The latest checkpointTime: 9999-12-31T23:59:59Z, the last second an RFC 3339 time can name.
 LATEST_UNIX_SECONDS = 253402300799.0
 # The longest checkpointPath a report may give (Linux's PATH_MAX): the job's status keeps it.

@@ -120,3 +120,10 @@ def test_checkpoint_request_defaults_and_bounds() -> None:
     ):
         with pytest.raises(ValidationError):
             contract.CheckpointRequest.model_validate(bad)
+
+
+def test_a_checkpoint_answer_with_a_step_beyond_64_bits_is_garbled() -> None:
+    # The step goes into status.lastPlannedStop: a larger one makes every status write fail.
+    assert contract.CheckpointAnswer.parse(f'{{"checkpointStep": {2**63}, "saved": true}}') is None
+    largest = contract.CheckpointAnswer.parse(f'{{"checkpointStep": {2**63 - 1}, "saved": true}}')
+    assert largest is not None and largest.checkpoint_step == 2**63 - 1

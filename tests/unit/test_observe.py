@@ -6,8 +6,11 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER
 from psoperator.observe.views import parse_job, parse_pod, slim_child
+from psoperator.observe.workload import parse_workload
 from psoperator.plan.children import plan_children
 from psoperator.render import render_children
 from psoperator.timeutil import format_time
@@ -88,6 +91,39 @@ def test_a_disrupted_pod_says_since_when() -> None:
     assert (view.disruption, view.disrupted_at) == ("PreemptionByScheduler", format_time(NOW))
 
 
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("metadata", "labels", "psoperator.io/attempt"), "\u00b2"),  # a digit to isdigit(), not to int()
+        (("metadata", "labels", "apps.kubernetes.io/pod-index"), "\u00b2"),
+        (("metadata", "resourceVersion"), "\u00b2"),
+        (("metadata", "resourceVersion"), "1" * 5000),  # more digits than int() reads
+        (("metadata", "labels", "psoperator.io/attempt"), str(2**64)),  # beyond the status's 64 bits
+        (("metadata", "deletionTimestamp"), 1),
+        (("metadata", "deletionGracePeriodSeconds"), 10**11),  # before the calendar's first year
+        (("status", "podIP"), ["10.0.0.1"]),
+    ],
+)
+def test_an_odd_field_of_a_pod_reads_as_unknown(where: tuple[str, ...], value: Any) -> None:
+    obj = pod("ps", 0, attempt=0)
+    obj["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:30Z"
+    *parents, key = where
+    node = obj
+    for parent in parents:
+        node = node[parent]
+    node[key] = value
+    view = parse_pod(obj)
+    read = {
+        "psoperator.io/attempt": view.attempt,
+        "apps.kubernetes.io/pod-index": view.index,
+        "resourceVersion": view.version,
+        "deletionTimestamp": view.deleted_at,
+        "deletionGracePeriodSeconds": view.deleted_at,
+        "podIP": view.ip,
+    }[key]
+    assert read in (None, 0)
+
+
 def _live(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rendered children as the API returns them: a uid, managedFields (of their create and
     their controller's status), a status."""
@@ -141,3 +177,22 @@ def test_the_chief_is_the_pod_of_the_current_attempts_job_and_any_other_live_one
     first = observed([old], chief_job(0))
     assert first.chief_pod(0) == parse_pod(old) and first.former_chiefs(0) == []
     assert observed([old], chief_job(1)).former_chiefs(1) == [parse_pod(old)]  # an older attempt's
+
+
+def test_a_job_condition_without_a_type_is_left_out() -> None:
+    obj = chief_job(failed="BackoffLimitExceeded")
+    obj["status"]["conditions"] += [{"type": ["Complete"], "status": "True"}, None]
+    view = parse_job(obj)
+    assert (view.failed, view.succeeded, view.failure_reason) == (True, False, "BackoffLimitExceeded")
+
+
+def test_an_odd_field_of_a_workload_reads_as_missing() -> None:
+    admitted = {"type": "Admitted", "status": "True"}
+    status = {
+        "conditions": [None, {"status": "True"}, admitted],
+        "admission": ["cq"],
+        "admissionChecks": [None, {"podSetUpdates": [None, {"name": "ps"}]}],
+    }
+    view = parse_workload({"metadata": {"name": "w", "resourceVersion": 7}, "status": status})
+    assert (view.conditions, view.cluster_queue, view.assignments) == ((admitted,), None, ())
+    assert (view.updates, view.resource_version) == (({"name": "ps"},), "7")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from psoperator import contract
 from psoperator.api.labels import ANNOTATION_HASH, ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT
@@ -223,6 +224,15 @@ def test_workers_get_the_store_when_they_read_data_from_it() -> None:
     checkpoint = {**S3_CHECKPOINT, "s3": {**S3_STORE, "shareWithWorkers": True}}
     worker = _pod_env_by_role(render_children(job(checkpoint=checkpoint)))["worker"]
     assert worker["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {"name": "ctr-s3", "key": "secret"}}
+
+
+@pytest.mark.parametrize("key", ["accessKeyIdKey", "secretAccessKeyKey"])
+def test_a_secret_key_the_api_server_refuses_in_an_env_var_is_refused_with_the_spec(key: str) -> None:
+    # A secretKeyRef's key is letters, digits, "-", "_" and "."; another fails every pod template.
+    secret = {"name": "store", key: "aws/id"}
+    spec = job(checkpoint={"dir": "s3://ctr-bucket/run-1", "s3": {"credentialsSecret": secret}})["spec"]
+    with pytest.raises(ValidationError, match=key):
+        PSTrainingJobSpec.model_validate(spec)
 
 
 def test_without_a_secret_the_pods_use_their_own_identity() -> None:

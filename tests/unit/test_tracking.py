@@ -236,3 +236,36 @@ def test_rows_keep_every_record_and_start_error_and_leave_the_others_by_name() -
 def test_the_crd_keeps_the_tracking_whole_so_managed_fields_name_none_of_its_entries() -> None:
     tracking = openapi_schema()["properties"]["status"]["properties"]["tracking"]
     assert tracking["x-kubernetes-map-type"] == "atomic"
+
+
+def test_an_entry_that_cannot_be_read_is_left_out_and_the_rest_is_read() -> None:
+    kept = {"uid": "ev-uid", "restarts": 1}
+    pods = {
+        "ctr-evaluator-0": kept,
+        "no-uid": {"restarts": 1},
+        "negative": {"uid": "u", "restarts": -1},
+        "beyond-64-bits": {"uid": "u", "sidecarRestarts": 2**63},
+        "odd-type": 7,
+    }
+    errors = {"old": "w-uid/\u00b2/2026-11-29T11:00:00Z", "record": {"uid": "w-uid"}}
+    tracking = Tracking.model_validate({"pods": pods, "startErrors": errors})
+    assert tracking.pods == {"ctr-evaluator-0": TrackedPod.model_validate(kept)}
+    assert not tracking.start_errors
+
+
+@pytest.mark.parametrize(
+    "count",
+    [
+        "\u00b2",  # a digit to isdigit(), not to int()
+        "1" * 5000,  # more digits than int() reads
+        str(2**63),  # beyond the status's 64 bits
+    ],
+)
+def test_an_odd_count_in_a_string_or_row_reads_as_unknown(count: str) -> None:
+    stored = {
+        "pods": {"ctr-evaluator-0": f"ev-uid/{count}/{count}"},
+        "statefulSets": {"ctr-ps": [f"u/{count}"]},
+    }
+    pods = Tracking.model_validate(stored).pods
+    assert pods["ctr-evaluator-0"] == TrackedPod(uid="ev-uid", restarts=0)
+    assert pods["ctr-ps-0"] == TrackedPod(uid="u", restarts=0)

@@ -8,7 +8,6 @@ schema, and the renderers pass them through.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from pydantic import (
@@ -17,6 +16,7 @@ from pydantic import (
     Field,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    ValidationError,
     field_validator,
     model_serializer,
     model_validator,
@@ -25,6 +25,7 @@ from pydantic.config import JsonDict
 
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS, DEFAULT_PERMANENT_EXIT_CODES, Role
+from psoperator.fields import INT_LIMIT, int_of
 
 # Markers read by the CRD generator: these fields get the upstream Kubernetes schema.
 POD_TEMPLATE: JsonDict = {"x-psoperator-upstream": "io.k8s.api.core.v1.PodTemplateSpec"}
@@ -81,19 +82,28 @@ class EvaluatorSpec(_Model):
     )
 
 
+# What the API server requires of a Secret's key (an env var's secretKeyRef.key): checked here, so a
+# bad key is refused with the job instead of failing every pod template's create.
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+
+
 class SecretKeys(_Model):
     name: str = Field(..., min_length=1, max_length=253, description="A Secret in the job's namespace.")
     access_key_id_key: str = Field(
         "AWS_ACCESS_KEY_ID",
         alias="accessKeyIdKey",
         min_length=1,
-        description="Its key holding the access key ID.",
+        max_length=253,
+        pattern=SECRET_KEY,
+        description="Its key holding the access key ID (letters, digits, '-', '_', '.').",
     )
     secret_access_key_key: str = Field(
         "AWS_SECRET_ACCESS_KEY",
         alias="secretAccessKeyKey",
         min_length=1,
-        description="Its key holding the secret access key.",
+        max_length=253,
+        pattern=SECRET_KEY,
+        description="Its key holding the secret access key (letters, digits, '-', '_', '.').",
     )
 
 
@@ -553,9 +563,13 @@ class TrackedPod(_Status):
     """A long-running pod as the operator last saw it."""
 
     uid: str = Field(..., description="The pod's uid: another uid under the same name is a new pod.")
-    restarts: int = Field(0, description="Restarts of its training container.")
+    restarts: int = Field(0, ge=0, lt=INT_LIMIT, description="Restarts of its training container.")
     sidecar_restarts: int | None = Field(
-        None, alias="sidecarRestarts", description="Restarts of its other containers, added up."
+        None,
+        ge=0,
+        lt=INT_LIMIT,
+        alias="sidecarRestarts",
+        description="Restarts of its other containers, added up.",
     )
     disruption: str | None = Field(
         None,
@@ -573,8 +587,8 @@ class TrackedPod(_Status):
         uid, restarts, sidecars, disruption = [*entry.split("/"), "", "", ""][:4]
         return cls(
             uid=uid,
-            restarts=int(restarts) if restarts.isdigit() else 0,
-            sidecarRestarts=int(sidecars) if sidecars.isdigit() else None,
+            restarts=int_of(restarts) or 0,
+            sidecarRestarts=int_of(sidecars),
             disruption=disruption or None,
         )
 
@@ -583,7 +597,9 @@ class StartError(_Status):
     """A pod seen unable to start: the episode (its uid and restarts), since when, and whether told."""
 
     uid: str = Field(..., description="The pod's uid.")
-    restarts: int = Field(..., description="Restarts of its training container when the episode began.")
+    restarts: int = Field(
+        ..., ge=0, lt=INT_LIMIT, description="Restarts of its training container when the episode began."
+    )
     since: str = Field(..., description="When the operator first saw it unable to start (RFC 3339).")
     told: bool = Field(False, description="The failure has been recorded (an event and lastFailure).")
 
@@ -591,21 +607,32 @@ class StartError(_Status):
     def from_entry(cls, entry: str) -> StartError | None:
         """The form earlier versions stored: "uid/restarts/since", then "/told"; None if unreadable."""
         parts = entry.split("/")
-        if len(parts) < 3 or not parts[1].isdigit():
+        restarts = int_of(parts[1]) if len(parts) >= 3 else None
+        if restarts is None:
             return None
-        return cls(uid=parts[0], restarts=int(parts[1]), since=parts[2], told=parts[3:] == ["told"])
+        return cls(uid=parts[0], restarts=restarts, since=parts[2], told=parts[3:] == ["told"])
 
 
 Record = TypeVar("Record", TrackedPod, StartError)
 
 
-def _upgraded(value: Any, from_entry: Callable[[str], Record | None]) -> Any:
+def _upgraded(value: Any, record: type[Record]) -> Any:
     """Entries an earlier version wrote as strings, read as records: a job that runs through an upgrade
-    keeps its tracking, and the next status write stores the records."""
+    keeps its tracking, and the next status write stores the records. An entry that cannot be read is
+    left out (its pod is tracked afresh), so that no entry keeps the job's status from being read."""
     if not isinstance(value, dict):
         return value
-    read = {name: from_entry(entry) if isinstance(entry, str) else entry for name, entry in value.items()}
+    read = {name: _record(entry, record) for name, entry in value.items()}
     return {name: entry for name, entry in read.items() if entry is not None}
+
+
+def _record(entry: Any, record: type[Record]) -> Record | None:
+    if isinstance(entry, str):
+        return record.from_entry(entry)
+    try:
+        return record.model_validate(entry)
+    except ValidationError:
+        return None
 
 
 # The roles whose pods are StatefulSet pods, named <job>-<role>-<ordinal>.
@@ -633,11 +660,11 @@ def _row(pod: TrackedPod, error: StartError | None) -> str:
 def _from_row(row: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A row's TrackedPod and StartError, as the models validate them."""
     uid, restarts, sidecars, disruption, since, told = [*row.split("/"), "", "", "", "", ""][:6]
-    count = int(restarts) if restarts.isdigit() else 0
+    count = int_of(restarts) or 0
     pod = {
         "uid": uid,
         "restarts": count,
-        "sidecarRestarts": int(sidecars) if sidecars.isdigit() else None,
+        "sidecarRestarts": int_of(sidecars),
         "disruption": disruption or None,
     }
     return pod, {"uid": uid, "restarts": count, "since": since, "told": told == "told"} if since else None
@@ -697,8 +724,8 @@ class Tracking(_Status):
         sets = data.get("statefulSets") if isinstance(data, dict) else None
         if not isinstance(sets, dict):
             return data
-        pods = dict(_upgraded(data.get("pods") or {}, TrackedPod.from_entry))
-        errors = dict(_upgraded(data.get("startErrors") or {}, StartError.from_entry))
+        pods = dict(_upgraded(data.get("pods") or {}, TrackedPod))
+        errors = dict(_upgraded(data.get("startErrors") or {}, StartError))
         for set_name, rows in sets.items():
             for ordinal, row in enumerate(rows if isinstance(rows, list) else []):
                 if isinstance(row, str) and row:
@@ -739,12 +766,12 @@ class Tracking(_Status):
     @field_validator("pods", mode="before")
     @classmethod
     def _pods_upgraded(cls, value: Any) -> Any:
-        return _upgraded(value, TrackedPod.from_entry)
+        return _upgraded(value, TrackedPod)
 
     @field_validator("start_errors", mode="before")
     @classmethod
     def _start_errors_upgraded(cls, value: Any) -> Any:
-        return _upgraded(value, StartError.from_entry)
+        return _upgraded(value, StartError)
 
 
 class PSTrainingJobStatus(_Status):

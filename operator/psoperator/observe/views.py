@@ -14,6 +14,10 @@ from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
 from psoperator.contract import Role
+from psoperator.fields import dict_of as _dict
+from psoperator.fields import int_of as _int
+from psoperator.fields import list_of as _list
+from psoperator.fields import str_of as _str
 from psoperator.managed_fields import folds
 from psoperator.observe.workload import KueueView, WorkloadView, parse_workload
 from psoperator.render.names import child_name
@@ -36,24 +40,6 @@ START_ERRORS = frozenset(
 )
 
 
-def _dict(value: Any) -> Obj:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
 @dataclass(frozen=True)
 class Termination:
     exit_code: int | None
@@ -70,7 +56,7 @@ def _termination(state: Any) -> Termination | None:
         exit_code=_int(terminated.get("exitCode")),
         reason=str(terminated.get("reason") or "Error"),
         message=str(terminated.get("message") or ""),
-        finished_at=terminated.get("finishedAt"),
+        finished_at=_str(terminated.get("finishedAt")),
     )
 
 
@@ -91,7 +77,7 @@ def _unscheduled(conditions: list[Obj]) -> Unscheduled | None:
     return Unscheduled(
         reason=str(scheduled.get("reason") or "Unschedulable"),
         message=str(scheduled.get("message") or ""),
-        since=scheduled.get("lastTransitionTime"),
+        since=_str(scheduled.get("lastTransitionTime")),
     )
 
 
@@ -150,8 +136,7 @@ def _index_of(meta: Obj, name: str) -> int | None:
         index = _int(labels.get(key))
         if index is not None:
             return index
-    suffix = name.rsplit("-", 1)[-1]
-    return int(suffix) if suffix.isdigit() else None
+    return _int(name.rsplit("-", 1)[-1])
 
 
 def _trainer_name(meta: Obj, spec: Obj) -> str | None:
@@ -204,20 +189,20 @@ def parse_pod(pod: Obj) -> PodView:
         restarts=_int(trainer.get("restartCount")) or 0,
         deleting=bool(meta.get("deletionTimestamp")),
         attempt=_int(labels.get(LABEL_ATTEMPT)),
-        ip=status.get("podIP") or None,
-        node=_dict(pod.get("spec")).get("nodeName"),
+        ip=_str(status.get("podIP")) or None,
+        node=_str(_dict(pod.get("spec")).get("nodeName")),
         terminated=_termination(trainer.get("state")),
         last_terminated=_termination(trainer.get("lastState")),
-        waiting_reason=waiting.get("reason"),
+        waiting_reason=_str(waiting.get("reason")),
         waiting_message=str(waiting.get("message") or ""),
         disruption=str(disruption.get("reason") or "Disrupted") if disruption else None,
-        disrupted_at=disruption.get("lastTransitionTime") if disruption else None,
+        disrupted_at=_str(disruption.get("lastTransitionTime")) if disruption else None,
         deleted_at=_deletion_asked(meta),
         deletion_grace=_int(meta.get("deletionGracePeriodSeconds"))
         if meta.get("deletionTimestamp")
         else None,
-        pod_reason=status.get("reason"),
-        created=meta.get("creationTimestamp"),
+        pod_reason=_str(status.get("reason")),
+        created=_str(meta.get("creationTimestamp")),
         sidecar_restarts={str(s.get("name")): _int(s.get("restartCount")) or 0 for s in sidecars},
         unscheduled=_unscheduled(conditions),
         owners=tuple(
@@ -233,16 +218,18 @@ def resource_version(meta: Obj) -> int:
     """The object's resourceVersion as a number: etcd's revision, which every version of an object
     and every write's response carries. The API contract calls it opaque, so a value that is not a
     number orders as 0 (then the latest to arrive wins)."""
-    text = str(meta.get("resourceVersion") or "")
-    return int(text) if text.isdigit() else 0
+    return _int(meta.get("resourceVersion")) or 0
 
 
 def _deletion_asked(meta: Obj) -> str | None:
     """When the pod's deletion was asked: the API server sets deletionTimestamp that far ahead."""
-    deadline = parse_time(meta.get("deletionTimestamp"))
+    deadline = parse_time(_str(meta.get("deletionTimestamp")))
     if deadline is None:
         return None
-    return format_time(deadline - timedelta(seconds=_int(meta.get("deletionGracePeriodSeconds")) or 0))
+    try:
+        return format_time(deadline - timedelta(seconds=_int(meta.get("deletionGracePeriodSeconds")) or 0))
+    except OverflowError:  # a grace period beyond the calendar: when it was asked is unknown
+        return None
 
 
 @dataclass(frozen=True)
@@ -264,7 +251,9 @@ class JobView:
 
 def parse_job(job: Obj) -> JobView:
     meta, spec, status = _dict(job.get("metadata")), _dict(job.get("spec")), _dict(job.get("status"))
-    conditions = {c.get("type"): c for c in _list(status.get("conditions")) if isinstance(c, dict)}
+    conditions = {
+        c["type"]: c for c in _list(status.get("conditions")) if isinstance(_dict(c).get("type"), str)
+    }
     failed = _dict(conditions.get("Failed"))
     complete = _dict(conditions.get("Complete"))
     return JobView(
@@ -273,12 +262,12 @@ def parse_job(job: Obj) -> JobView:
         attempt=_int(_dict(meta.get("labels")).get(LABEL_ATTEMPT)),
         succeeded=complete.get("status") == "True",
         failed=failed.get("status") == "True",
-        failure_reason=failed.get("reason"),
+        failure_reason=_str(failed.get("reason")),
         failure_message=str(failed.get("message") or ""),
         active=_int(status.get("active")) or 0,
         suspended=bool(spec.get("suspend")),
         deleting=bool(meta.get("deletionTimestamp")),
-        completion_time=status.get("completionTime"),
+        completion_time=_str(status.get("completionTime")),
     )
 
 
@@ -305,7 +294,7 @@ def parse_node(node: Obj) -> NodeView:
     return NodeView(
         name=str(_dict(node.get("metadata")).get("name", "")),
         ready=str(ready.get("status") or "Unknown"),
-        since=ready.get("lastTransitionTime"),
+        since=_str(ready.get("lastTransitionTime")),
         out_of_service=any(t.get("key") == TAINT_OUT_OF_SERVICE for t in taints),
     )
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from psoperator.fields import dict_of, list_of, str_of
+
 Obj = dict[str, Any]
 
 
@@ -37,15 +39,20 @@ class WorkloadView:
 
 
 def parse_workload(obj: Obj) -> WorkloadView:
-    meta, status = obj["metadata"], obj.get("status") or {}
-    admission = status.get("admission") or {}
-    updates = [u for check in status.get("admissionChecks") or [] for u in check.get("podSetUpdates") or []]
+    """The Workload as the policy reads it; a field of an odd type reads as missing, a condition
+    without a type is left out."""
+    meta, status = dict_of(obj.get("metadata")), dict_of(obj.get("status"))
+    admission = dict_of(status.get("admission"))
+    checks = (dict_of(check) for check in list_of(status.get("admissionChecks")))
+    updates = [u for check in checks for u in list_of(check.get("podSetUpdates")) if isinstance(u, dict)]
     return WorkloadView(
-        name=meta["name"],
-        resource_version=meta.get("resourceVersion", ""),
-        conditions=tuple(status.get("conditions") or []),
-        cluster_queue=admission.get("clusterQueue"),
-        assignments=tuple(admission.get("podSetAssignments") or []),
+        name=str(meta.get("name", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        conditions=tuple(
+            c for c in list_of(status.get("conditions")) if isinstance(dict_of(c).get("type"), str)
+        ),
+        cluster_queue=str_of(admission.get("clusterQueue")),
+        assignments=tuple(a for a in list_of(admission.get("podSetAssignments")) if isinstance(a, dict)),
         updates=tuple(updates),
     )
 
