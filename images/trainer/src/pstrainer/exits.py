@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from psoperator.contract import ExitCode
-from pstrainer.config import ConfigError
+from pstrainer.contract import ExitCode
+from pstrainer.task import ConfigError
 
 log = logging.getLogger(__name__)
 
