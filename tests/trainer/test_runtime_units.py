@@ -21,6 +21,7 @@ import pytest
 from tfcluster.jobs import ctr_job
 from tfcluster.kubelet import job_pod, resolve_env, statefulset_pod
 
+import pstrainer
 from psoperator.contract import (
     DEFAULT_CHECKPOINT_DEADLINE_SECONDS,
     CheckpointAnswer,
@@ -318,6 +319,23 @@ def test_progress_server_serves_report_and_metrics() -> None:
         assert get("/nothing")[0] == 404
     finally:
         server.stop()
+
+
+def test_the_library_needs_nothing_but_the_standard_library_until_tensorflow_is_used() -> None:
+    """What a user's image gets from `pip install pstrainer-*.whl`: the contract, the task, `main`,
+    the progress port, on a Python that sees no site-packages (no pydantic, no psoperator, no
+    TensorFlow)."""
+    source = Path(pstrainer.__file__).parent.parent
+    modules = ["pstrainer", "pstrainer.contract", "pstrainer.task", "pstrainer.runtime", "pstrainer.progress"]
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", "; ".join(f"import {module}" for module in modules)],
+        env={"PYTHONPATH": str(source)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_the_metrics_are_what_prometheus_parses() -> None:
@@ -720,8 +738,8 @@ def test_sigterm_watcher_takes_the_signal_whatever_the_main_thread_does(tmp_path
     """The main thread is stuck in a blocking call that Python signal handlers would never interrupt."""
     script = (
         "import threading, sys\n"
-        "from pstrainer.exits import Exiter, block_sigterm, watch_sigterm\n"
-        "block_sigterm(); exiter = Exiter(); watch_sigterm(exiter)\n"
+        "from pstrainer.exits import Exiter, watch_sigterm\n"
+        "exiter = Exiter(); watch_sigterm(exiter)\n"
         "exiter.on_exit(lambda code, msg: open(sys.argv[1], 'w').write(f'{code} {msg}'))\n"
         "print('ready', flush=True)\n"
         "threading.Event().wait()\n"
@@ -739,12 +757,33 @@ def test_sigterm_watcher_takes_the_signal_whatever_the_main_thread_does(tmp_path
             process.wait(10)
 
 
+def test_sigterm_is_taken_when_threads_started_before_the_watcher() -> None:
+    """A user's program imports TensorFlow, whose threads start at once, before `pstrainer.main`."""
+    script = (
+        "import threading\n"
+        "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+        "from pstrainer.exits import Exiter, watch_sigterm\n"
+        "exiter = Exiter(); watch_sigterm(exiter)\n"
+        "print('ready', flush=True)\n"
+        "threading.Event().wait()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == ExitCode.TERMINATED
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
 def _run_script(body: str, tmp_path: Path) -> tuple[int, float, str]:
     """Run a script that sets up an Exiter with the SIGTERM watcher, SIGTERM it once it is ready."""
     script = (
         "import sys, threading, time\n"
-        "from pstrainer.exits import Exiter, block_sigterm, keep_serving, watch_sigterm\n"
-        "block_sigterm(); exiter = Exiter(); watch_sigterm(exiter)\n"
+        "from pstrainer.exits import Exiter, keep_serving, watch_sigterm\n"
+        "exiter = Exiter(); watch_sigterm(exiter)\n"
         "exiter.on_exit(lambda code, msg: open(sys.argv[1], 'w').write(f'{code} {msg}'))\n"
         f"{body}\n"
     )

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -113,19 +114,27 @@ class Exiter:
         os._exit(code)
 
 
-def block_sigterm() -> None:
-    """Block SIGTERM in this thread and every thread started later (TF's included).
-
-    Call first thing in main: a SIGTERM can then only be taken by the watcher thread, which runs
-    whatever the main thread is blocked in (a C++ join ignores Python signal handlers).
-    """
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-
-
 def watch_sigterm(exiter: Exiter) -> threading.Thread:
+    """Take SIGTERM and SIGINT on a thread of their own: `exiter.terminate` runs whatever the main
+    thread is blocked in (a C++ join runs no Python signal handler) and whichever thread the kernel
+    gives the signal to, TensorFlow's threads included, whether they were started before or after.
+
+    Python's own handler, installed here for both, runs in that thread at once and writes the
+    signal's number to the wakeup socket, where the watcher reads it. Call from the main thread.
+    """
+    receiver, sender = socket.socketpair()
+    sender.setblocking(False)
+    stopping = {int(signal.SIGTERM), int(signal.SIGINT)}
+    for number in stopping:
+        signal.signal(number, lambda *_: None)
+    signal.set_wakeup_fd(sender.fileno(), warn_on_full_buffer=False)
+
     def wait() -> None:
-        received = signal.sigwait({signal.SIGTERM, signal.SIGINT})
-        exiter.terminate(f"terminated by {signal.Signals(received).name}")
+        with receiver, sender:  # the sender stays open while the watcher runs
+            received = 0
+            while received not in stopping:  # other signals with a Python handler pass by
+                received = receiver.recv(1)[0]
+            exiter.terminate(f"terminated by {signal.Signals(received).name}")
 
     thread = threading.Thread(target=wait, name="sigterm-watcher", daemon=True)
     thread.start()

@@ -25,7 +25,6 @@ from pstrainer.exits import (
     RETRYABLE_TF_ERRORS,
     ConnectWatchdog,
     Exiter,
-    block_sigterm,
     classify_exception,
     describe,
     keep_serving,
@@ -74,7 +73,6 @@ def _open_session(value: Session) -> None:
 
 def start() -> Exiter:
     """The process's way out, first thing: SIGTERM is taken by a watcher thread from now on."""
-    block_sigterm()
     exiter = Exiter()
     watch_sigterm(exiter)
     return exiter
