@@ -116,20 +116,25 @@ class Exiter:
 
 def watch_sigterm(exiter: Exiter) -> threading.Thread:
     """Take SIGTERM and SIGINT on a thread of their own: `exiter.terminate` runs whatever the main
-    thread is blocked in (a C++ join runs no Python signal handler) and whichever thread the kernel
-    gives the signal to, TensorFlow's threads included, whether they were started before or after.
+    thread is blocked in (a C++ join runs no Python signal handler). Call from the main thread,
+    first thing.
 
-    Python's own handler, installed here for both, runs in that thread at once and writes the
-    signal's number to the wakeup socket, where the watcher reads it. Call from the main thread.
+    The signals are blocked in this thread and so in every thread started later (TensorFlow's),
+    and unblocked in the watcher's, which the kernel then gives them to. A thread started earlier
+    (a program that imported TensorFlow first) may take them too: Python's own handler, installed
+    here for both, writes the signal's number to the wakeup socket in whichever thread takes it,
+    and the watcher reads it there.
     """
     receiver, sender = socket.socketpair()
     sender.setblocking(False)
-    stopping = {int(signal.SIGTERM), int(signal.SIGINT)}
+    stopping = {signal.SIGTERM, signal.SIGINT}
     for number in stopping:
         signal.signal(number, lambda *_: None)
     signal.set_wakeup_fd(sender.fileno(), warn_on_full_buffer=False)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
 
     def wait() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
         with receiver, sender:  # the sender stays open while the watcher runs
             received = 0
             while received not in stopping:  # other signals with a Python handler pass by
