@@ -26,7 +26,7 @@ fi
 log "the project's virtual environment (.venv): the base package, which shapes the example's manifests for this machine"
 . e2e/packages.sh
 . e2e/venv.sh
-project_venv -e .
+project_venv -e . -e images/trainer
 
 log "starting the kind cluster (the first run builds Kubernetes, kind and its node image from source)"
 KUBECONFIG="$(e2e/cluster/kind.sh up)"

@@ -45,8 +45,8 @@ lint() {
   mypy &&
   docs_site &&
   hadolint Dockerfile images/trainer/Dockerfile images/tensorflow/Dockerfile images/kueue/Dockerfile \
-    images/seaweedfs/Dockerfile examples/plain-tf/Dockerfile e2e/cluster/kind/node.Dockerfile \
-    e2e/cluster/kind/component.Dockerfile
+    images/seaweedfs/Dockerfile examples/plain-tf/Dockerfile examples/own-code/Dockerfile \
+    e2e/cluster/kind/node.Dockerfile e2e/cluster/kind/component.Dockerfile
 }
 
 # The documentation site, built where the checkout is not: a broken link, a missing anchor or a page

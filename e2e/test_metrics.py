@@ -55,7 +55,7 @@ def scraped(
 
 def _report(step: int, checkpoint: int) -> dict[str, object]:
     report = ProgressReport(
-        state="running", step=step, checkpointStep=checkpoint, checkpointTime=time.time() - 5
+        state="running", step=step, checkpoint_step=checkpoint, checkpoint_time=time.time() - 5
     )
     loaded: dict[str, object] = json.loads(report.to_json())
     return loaded
@@ -117,7 +117,7 @@ def test_prometheus_sees_a_job_through_failure_recovery_success_and_deletion(
     new_chief = psjobs.running_pod(k8s, namespace, "ctr", "chief")
     assert new_chief["metadata"]["uid"] != chief["metadata"]["uid"]
     done = ProgressReport(
-        state="succeeded", step=1000, checkpointStep=1000, checkpointTime=time.time()
+        state="succeeded", step=1000, checkpoint_step=1000, checkpoint_time=time.time()
     ).to_json()
     chaos.fail_container(k8s, namespace, new_chief["metadata"]["name"], exit_code=0, message=done)
     psjobs.wait_phase(k8s, namespace, "ctr", "Succeeded", timeout=60)

@@ -103,10 +103,10 @@ def test_step_and_checkpoint_come_from_the_chief(
     report = ProgressReport(
         state="running",
         step=1400,
-        checkpointStep=1200,
-        checkpointPath="/ckpt/ckpt-12",
-        checkpointTime=1_790_000_000.0,
-        examplesPerSecond=5120.0,
+        checkpoint_step=1200,
+        checkpoint_path="/ckpt/ckpt-12",
+        checkpoint_time=1_790_000_000.0,
+        examples_per_second=5120.0,
         loss=0.42,
     )
     hits: list[str] = []
@@ -202,7 +202,7 @@ def test_an_evicted_ps_makes_the_operator_ask_the_chief_for_a_checkpoint_before_
     psjobs.wait_phase(k8s, namespace, "ctr", "Running", timeout=90)
     wait_for(lambda: psjobs.status(k8s, namespace, "ctr")["tracking"]["psEstablished"], timeout=30)
     chief = psjobs.running_pod(k8s, namespace, "ctr", "chief")
-    report = json.loads(ProgressReport(state="running", step=1400, checkpointStep=1200).to_json())
+    report = json.loads(ProgressReport(state="running", step=1400, checkpoint_step=1200).to_json())
     saved = {"checkpointStep": 1420, "checkpointPath": "/ckpt/ckpt-1420", "saved": True}
     hits: list[str] = []
     with serve_progress(chief["status"]["podIP"], report, hits, checkpoint=saved):

@@ -21,6 +21,7 @@ import pytest
 from tfcluster.jobs import ctr_job
 from tfcluster.kubelet import job_pod, resolve_env, statefulset_pod
 
+import pstrainer
 from psoperator.contract import (
     DEFAULT_CHECKPOINT_DEADLINE_SECONDS,
     CheckpointAnswer,
@@ -71,10 +72,10 @@ def test_config_from_the_rendered_pod_env() -> None:
     ps_set = next(c for c in children if c["kind"] == "StatefulSet" and c["metadata"]["name"] == "ctr-ps")
     pod, template = statefulset_pod(ps_set, 1)
     config = load_config([], resolve_env(template["spec"]["containers"][0], pod))
-    assert (config.role, config.task_index, config.pod_name) == (Role.PS, 1, "ctr-ps-1")
-    assert config.checkpoint_interval_steps == 100 and config.checkpoint_interval_seconds is None
-    assert config.connect_timeout_seconds == 120 and config.progress_port == 8470
-    assert config.termination_message_path == "/dev/termination-log"
+    assert (config.task.role, config.task.task_index, config.task.pod_name) == (Role.PS, 1, "ctr-ps-1")
+    assert config.task.checkpoint_interval_steps == 100 and config.task.checkpoint_interval_seconds is None
+    assert config.task.connect_timeout_seconds == 120 and config.task.progress_port == 8470
+    assert config.task.termination_message_path == "/dev/termination-log"
     assert config.model.num_shards == 2  # one per parameter server by default
 
 
@@ -88,28 +89,28 @@ def test_the_chief_alone_is_told_checkpoint_before_stop_seconds_as_its_longest_h
         [], resolve_env(job_pod(chief_job)[1]["spec"]["containers"][0], job_pod(chief_job)[0])
     )
     pod, template = statefulset_pod(ps_set, 0)
-    assert chief.checkpoint_before_stop_seconds == 45
+    assert chief.task.checkpoint_before_stop_seconds == 45
     assert "PSOP_CHECKPOINT_BEFORE_STOP_SECONDS" not in resolve_env(template["spec"]["containers"][0], pod)
-    assert load_config([], env_for("chief")).checkpoint_before_stop_seconds == 60  # the spec's default
+    assert load_config([], env_for("chief")).task.checkpoint_before_stop_seconds == 60  # the spec's default
 
 
 def test_flags_override_the_environment_which_overrides_defaults() -> None:
     config = load_config(["--steps=7"], env_for("chief", PSTRAINER_STEPS="5", PSTRAINER_VOCAB_SIZE="33"))
     assert (config.steps, config.model.vocab_size, config.model.embedding_dim) == (7, 33, 16)
-    assert config.checkpoint_interval_seconds == DEFAULT_CHECKPOINT_INTERVAL_SECONDS
-    assert config.termination_message_path is None
+    assert config.task.checkpoint_interval_seconds == DEFAULT_CHECKPOINT_INTERVAL_SECONDS
+    assert config.task.termination_message_path is None
     # Both within Kubernetes' default termination grace of 30 s.
-    assert (config.termination_checkpoint_seconds, config.ps_drain_seconds) == (20, 20)
+    assert (config.task.termination_checkpoint_seconds, config.task.ps_drain_seconds) == (20, 20)
     drained = load_config(
         ["--termination-checkpoint-seconds=5"], env_for("ps", PSTRAINER_PS_DRAIN_SECONDS="0")
     )
-    assert (drained.termination_checkpoint_seconds, drained.ps_drain_seconds) == (5, 0)
+    assert (drained.task.termination_checkpoint_seconds, drained.task.ps_drain_seconds) == (5, 0)
 
 
 def test_evaluator_needs_no_cluster() -> None:
     env = {"TF_CONFIG": json.dumps({"task": {"type": "evaluator"}}), "PSOP_CHECKPOINT_DIR": "/ckpt"}
     config = load_config([], env)
-    assert (config.role, config.cluster) == (Role.EVALUATOR, {})
+    assert (config.task.role, config.task.cluster) == (Role.EVALUATOR, {})
 
 
 @pytest.mark.parametrize(
@@ -213,7 +214,7 @@ def test_classification_of_real_tensorflow_errors() -> None:
     tf = pytest.importorskip("tensorflow")
     from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
-    from pstrainer.cli import _retryable_types
+    from pstrainer.runtime import _retryable_types
 
     retryable = _retryable_types()
     for name in ("UnavailableError", "AbortedError", "DeadlineExceededError", "CancelledError"):
@@ -320,6 +321,54 @@ def test_progress_server_serves_report_and_metrics() -> None:
         server.stop()
 
 
+def test_the_library_needs_nothing_but_the_standard_library_until_tensorflow_is_used() -> None:
+    """What a user's image gets from `pip install pstrainer-*.whl`: the contract, the task, `main`,
+    the progress port, on a Python that sees no site-packages (no pydantic, no psoperator, no
+    TensorFlow)."""
+    source = Path(pstrainer.__file__).parent.parent
+    modules = ["pstrainer", "pstrainer.contract", "pstrainer.task", "pstrainer.runtime", "pstrainer.progress"]
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", "; ".join(f"import {module}" for module in modules)],
+        env={"PYTHONPATH": str(source)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_metrics_are_what_prometheus_parses() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    tracker = ProgressTracker(total_steps=10)
+    tracker.update(step=3, loss=0.25, checkpoint_time=1_790_000_000.5)
+    for seconds in (0.02, 7.0):
+        tracker.step_seconds.observe(seconds)
+    text = tracker.registry.exposition().decode()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    gauges = [family for family in families.values() if family.type == "gauge"]
+    values = {family.name: sample.value for family in gauges for sample in family.samples}
+    assert values == {
+        "pstrainer_global_step": 3,
+        "pstrainer_total_steps": 10,
+        "pstrainer_loss": 0.25,
+        "pstrainer_last_checkpoint_timestamp_seconds": 1_790_000_000.5,
+    }  # the gauges of values not reported yet are not exposed
+    step = families["pstrainer_step_seconds"]
+    assert step.type == "histogram" and step.documentation.startswith("Wall time of one global step")
+    buckets = {s.labels["le"]: s.value for s in step.samples if s.name.endswith("_bucket")}
+    assert (buckets["0.01"], buckets["0.025"], buckets["5.0"], buckets["10.0"], buckets["+Inf"]) == (
+        0,
+        1,
+        1,
+        2,
+        2,
+    )
+    totals = {s.name: s.value for s in step.samples if not s.name.endswith("_bucket")}
+    assert totals == {"pstrainer_step_seconds_count": 2, "pstrainer_step_seconds_sum": 7.02}
+
+
 def _post(
     port: int, path: str, body: bytes = b"", headers: dict[str, str] | None = None
 ) -> tuple[int, CheckpointAnswer | None]:
@@ -393,8 +442,8 @@ def test_the_token_file_comes_from_the_rendered_chiefs_environment() -> None:
     chief_job = next(c for c in render_children(ctr_job(Path("/ckpt"), ["--steps=10"])) if c["kind"] == "Job")
     pod, template = job_pod(chief_job)
     config = load_config([], resolve_env(template["spec"]["containers"][0], pod))
-    assert config.chief_token_file == "/var/run/secrets/psoperator.io/chief-token/token"
-    assert load_config([], env_for("chief")).chief_token_file is None  # an older operator: none
+    assert config.task.chief_token_file == "/var/run/secrets/psoperator.io/chief-token/token"
+    assert load_config([], env_for("chief")).task.chief_token_file is None  # an older operator: none
 
 
 class _Training:
@@ -530,7 +579,7 @@ def test_unanswered_names_the_first_address_that_refuses() -> None:
 
 def _ask_in_thread(requests: CheckpointRequests, **params: float) -> tuple[threading.Thread, list[Outcome]]:
     outcomes: list[Outcome] = []
-    request = CheckpointRequest.model_validate(params)
+    request = CheckpointRequest.from_json_object(params)
     thread = threading.Thread(target=requests.ask, args=(request, outcomes.append), daemon=True)
     thread.start()
     return thread, outcomes
@@ -553,7 +602,7 @@ class FakeLoop:
         self.served += 1
         fresh = self.saves == 0
         self.saves += fresh
-        return CheckpointStatus.SAVED, CheckpointAnswer(checkpointStep=self.step, saved=fresh)
+        return CheckpointStatus.SAVED, CheckpointAnswer(checkpoint_step=self.step, saved=fresh)
 
 
 def test_queued_requests_are_answered_by_the_loop_once_and_idempotently() -> None:
@@ -592,7 +641,7 @@ def test_a_hold_keeps_the_loop_answering_until_it_ends() -> None:
     first.join(5)
     second, outcomes = _ask_in_thread(requests, deadlineSeconds=10)
     second.join(5)
-    assert outcomes[0][1] == CheckpointAnswer(checkpointStep=10, saved=False)  # during the hold
+    assert outcomes[0][1] == CheckpointAnswer(checkpoint_step=10, saved=False)  # during the hold
     serving.join(5)
     assert time.monotonic() - began >= 0.5 and loop.saves == 1
 
@@ -689,8 +738,8 @@ def test_sigterm_watcher_takes_the_signal_whatever_the_main_thread_does(tmp_path
     """The main thread is stuck in a blocking call that Python signal handlers would never interrupt."""
     script = (
         "import threading, sys\n"
-        "from pstrainer.exits import Exiter, block_sigterm, watch_sigterm\n"
-        "block_sigterm(); exiter = Exiter(); watch_sigterm(exiter)\n"
+        "from pstrainer.exits import Exiter, watch_sigterm\n"
+        "exiter = Exiter(); watch_sigterm(exiter)\n"
         "exiter.on_exit(lambda code, msg: open(sys.argv[1], 'w').write(f'{code} {msg}'))\n"
         "print('ready', flush=True)\n"
         "threading.Event().wait()\n"
@@ -708,12 +757,33 @@ def test_sigterm_watcher_takes_the_signal_whatever_the_main_thread_does(tmp_path
             process.wait(10)
 
 
+def test_sigterm_is_taken_when_threads_started_before_the_watcher() -> None:
+    """A user's program imports TensorFlow, whose threads start at once, before `pstrainer.main`."""
+    script = (
+        "import threading\n"
+        "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+        "from pstrainer.exits import Exiter, watch_sigterm\n"
+        "exiter = Exiter(); watch_sigterm(exiter)\n"
+        "print('ready', flush=True)\n"
+        "threading.Event().wait()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == ExitCode.TERMINATED
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
 def _run_script(body: str, tmp_path: Path) -> tuple[int, float, str]:
     """Run a script that sets up an Exiter with the SIGTERM watcher, SIGTERM it once it is ready."""
     script = (
         "import sys, threading, time\n"
-        "from pstrainer.exits import Exiter, block_sigterm, keep_serving, watch_sigterm\n"
-        "block_sigterm(); exiter = Exiter(); watch_sigterm(exiter)\n"
+        "from pstrainer.exits import Exiter, keep_serving, watch_sigterm\n"
+        "exiter = Exiter(); watch_sigterm(exiter)\n"
         "exiter.on_exit(lambda code, msg: open(sys.argv[1], 'w').write(f'{code} {msg}'))\n"
         f"{body}\n"
     )
@@ -780,7 +850,11 @@ def test_a_cluster_too_large_for_the_environment_is_read_from_its_mounted_file(t
     mounted = tmp_path / "cluster.json"  # where the ConfigMap's volume would put it
     mounted.write_text(config_map["data"]["cluster.json"])
     config = load_config([], {**env, "PSOP_TF_CONFIG_FILE": str(mounted)})
-    assert (config.role, config.task_index, len(config.cluster["worker"])) == (Role.WORKER, 599, 600)
-    assert config.cluster["worker"][599].startswith("ctr-worker-599.ctr-worker.")
+    assert (config.task.role, config.task.task_index, len(config.task.cluster["worker"])) == (
+        Role.WORKER,
+        599,
+        600,
+    )
+    assert config.task.cluster["worker"][599].startswith("ctr-worker-599.ctr-worker.")
     with pytest.raises(ConfigError, match="PSOP_TF_CONFIG_FILE"):
         load_config([], {**env, "PSOP_TF_CONFIG_FILE": str(tmp_path / "missing.json")})

@@ -13,7 +13,7 @@ from psoperator.policies.planned_stop import CheckpointAsk, CheckpointOutcome, S
 from tests.unit.builders import NOW, came_up, chief_job, job, observed, pod, running_cluster, tracking_of
 
 BASE = running_cluster()
-SAVED = CheckpointAnswer(checkpointStep=340, checkpointPath="/ckpt/ckpt-4", saved=True)
+SAVED = CheckpointAnswer(checkpoint_step=340, checkpoint_path="/ckpt/ckpt-4", saved=True)
 Obj = dict[str, Any]
 
 

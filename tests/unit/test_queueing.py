@@ -125,7 +125,7 @@ def test_an_admitted_job_records_its_admission_and_its_pods_carry_the_flavors() 
 
 
 def _outcome(ask: Any, step: int) -> CheckpointOutcome:
-    answer = CheckpointAnswer(checkpointStep=step, checkpointPath=f"/ckpt/ckpt-{step}", saved=True)
+    answer = CheckpointAnswer(checkpoint_step=step, checkpoint_path=f"/ckpt/ckpt-{step}", saved=True)
     return CheckpointOutcome(ask, CheckpointStatus.SAVED, answer, NOW)
 
 

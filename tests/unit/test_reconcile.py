@@ -110,7 +110,7 @@ def test_restarting_ends_when_the_new_chief_runs() -> None:
     plan = plan_reconcile(
         with_status(job(), **status),
         observed(running_cluster(attempt=1), chief_job(1)),
-        ProgressReport(state="running", step=45, resumedFromStep=40),
+        ProgressReport(state="running", step=45, resumed_from_step=40),
         NOW,
     )
     assert plan.status["phase"] == "Running"
@@ -128,7 +128,7 @@ def test_a_chief_pod_that_completed_keeps_the_job_running_until_its_job_says_so(
     plan = plan_reconcile(
         with_status(job(), **came_up(phase="Running")),
         observed([_completed_chief(), *BASE[1:]], chief_job()),  # the Job not marked Complete yet
-        ProgressReport(state="succeeded", step=100, checkpointStep=100),
+        ProgressReport(state="succeeded", step=100, checkpoint_step=100),
         NOW,
     )
     assert plan.status["phase"] == "Running"
@@ -139,7 +139,7 @@ def test_chief_success_finishes_and_stops_the_other_roles() -> None:
     plan = plan_reconcile(
         with_status(job(), phase="Running", tracking=tracking_of(BASE)),
         observed(done, chief_job(complete=True)),
-        ProgressReport(state="succeeded", step=100, checkpointStep=100),
+        ProgressReport(state="succeeded", step=100, checkpoint_step=100),
         NOW,
     )
     assert plan.status["phase"] == "Succeeded"
@@ -216,7 +216,7 @@ def test_suspend_and_resume() -> None:
     asking = plan_reconcile(running, observed(BASE, chief_job()), None, NOW)
     assert asking.status["phase"] == "Running" and asking.ask_checkpoint is not None
     outcome = CheckpointOutcome(
-        asking.ask_checkpoint, 200, CheckpointAnswer(checkpointStep=340, checkpointPath="/ckpt/c-4"), NOW
+        asking.ask_checkpoint, 200, CheckpointAnswer(checkpoint_step=340, checkpoint_path="/ckpt/c-4"), NOW
     )
     suspended = plan_reconcile(running, observed(BASE, chief_job()), None, NOW, checkpoint_outcome=outcome)
     assert suspended.status["phase"] == "Suspended"

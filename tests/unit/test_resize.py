@@ -26,7 +26,7 @@ from tests.unit.builders import (
 )
 
 BASE = running_cluster()
-SAVED = CheckpointAnswer(checkpointStep=340, checkpointPath="/ckpt/ckpt-4", saved=True)
+SAVED = CheckpointAnswer(checkpoint_step=340, checkpoint_path="/ckpt/ckpt-4", saved=True)
 Obj = dict[str, Any]
 
 

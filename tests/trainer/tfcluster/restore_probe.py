@@ -6,7 +6,8 @@ so with the chief's environment, arguments and network namespace:
     python restore_probe.py OUT.npz [chief args...]
 
 It connects to the job's parameter servers and workers (pstrainer.chief.connect), restores
-through the chief's own Checkpointer, then reads every variable back from the parameter servers.
+through the library's Checkpointer, as the chief's training loop does, then reads every variable
+back from the parameter servers.
 OUT.npz holds, per checkpoint key, `value:<key>` (the shards joined) and `devices:<key>` (where
 each shard lives), plus `pstrainer:file`, so a test can tell which trainer ran.
 """
@@ -20,10 +21,9 @@ from typing import Any
 import numpy as np
 
 import pstrainer
-from pstrainer.cadence import Cadence
-from pstrainer.chief import STEP_KEY, VALUE_SUFFIX, Checkpointer, checkpointed, connect
+from pstrainer.checkpoints import STEP_KEY, VALUE_SUFFIX, Checkpointer
+from pstrainer.chief import checkpointed, connect
 from pstrainer.config import load_config
-from pstrainer.exits import Exiter
 from pstrainer.model import shards
 from pstrainer.progress import ProgressTracker
 
@@ -31,11 +31,10 @@ from pstrainer.progress import ProgressTracker
 def restored_variables(argv: list[str]) -> dict[str, Any]:
     """What the chief's objects hold after its restore, keyed as in the checkpoint."""
     config = load_config(argv, os.environ)
-    cluster = connect(config, Exiter())
-    cadence = Cadence(config.steps, config.steps_per_dispatch, None, None)
-    checkpointer = Checkpointer(config, cluster, cadence, ProgressTracker())
+    cluster = connect(config)
+    objects = {"model": cluster.model, "optimizer": cluster.optimizer}
+    checkpointer = Checkpointer(config.task, objects, ProgressTracker())
     checkpointer.restore()
-    cluster.watchdog.disarm()
     variables = checkpointed(cluster.model, cluster.optimizer)
     out: dict[str, Any] = {f"value:{STEP_KEY}": np.array(checkpointer.step, np.int64)}
     for path, variable in variables.items():

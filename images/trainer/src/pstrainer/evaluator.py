@@ -12,7 +12,6 @@ import logging
 
 import tensorflow as tf
 
-from psoperator.contract import ExitCode
 from pstrainer.config import TrainerConfig
 from pstrainer.model import CtrModel, evaluation_set
 from pstrainer.scoring import log_loss_and_auc
@@ -20,15 +19,15 @@ from pstrainer.scoring import log_loss_and_auc
 log = logging.getLogger(__name__)
 
 
-def run_evaluator(config: TrainerConfig) -> tuple[ExitCode, str]:
+def run_evaluator(config: TrainerConfig) -> str:
     model = CtrModel(config.model)
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     checkpoint = tf.train.Checkpoint(step=global_step, model=model)
     features, labels = evaluation_set(config.model, config.eval_examples)
     evaluate = tf.function(model.__call__)
-    log.info("following checkpoints in %s", config.checkpoint_dir)
+    log.info("following checkpoints in %s", config.task.checkpoint_dir)
     for path in tf.train.checkpoints_iterator(
-        config.checkpoint_dir, timeout=config.eval_idle_timeout_seconds
+        config.task.checkpoint_dir, timeout=config.eval_idle_timeout_seconds
     ):
         try:
             # expect_partial: the optimizer's accumulators are in the checkpoint, not needed here.
@@ -41,5 +40,5 @@ def run_evaluator(config: TrainerConfig) -> tuple[ExitCode, str]:
         record = {"event": "evaluation", "step": step, "logLoss": round(loss, 6), "auc": round(auc, 6)}
         log.info("%s", json.dumps(record, sort_keys=True))
         if step >= config.steps:
-            return ExitCode.SUCCEEDED, f"evaluated the final checkpoint (step {step})"
-    return ExitCode.SUCCEEDED, f"no new checkpoint for {config.eval_idle_timeout_seconds:g} s"
+            return f"evaluated the final checkpoint (step {step})"
+    return f"no new checkpoint for {config.eval_idle_timeout_seconds:g} s"

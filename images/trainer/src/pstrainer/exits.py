@@ -12,13 +12,14 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from psoperator.contract import ExitCode
-from pstrainer.config import ConfigError
+from pstrainer.contract import ExitCode
+from pstrainer.task import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -113,19 +114,32 @@ class Exiter:
         os._exit(code)
 
 
-def block_sigterm() -> None:
-    """Block SIGTERM in this thread and every thread started later (TF's included).
-
-    Call first thing in main: a SIGTERM can then only be taken by the watcher thread, which runs
-    whatever the main thread is blocked in (a C++ join ignores Python signal handlers).
-    """
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-
-
 def watch_sigterm(exiter: Exiter) -> threading.Thread:
+    """Take SIGTERM and SIGINT on a thread of their own: `exiter.terminate` runs whatever the main
+    thread is blocked in (a C++ join runs no Python signal handler). Call from the main thread,
+    first thing.
+
+    The signals are blocked in this thread and so in every thread started later (TensorFlow's),
+    and unblocked in the watcher's, which the kernel then gives them to. A thread started earlier
+    (a program that imported TensorFlow first) may take them too: Python's own handler, installed
+    here for both, writes the signal's number to the wakeup socket in whichever thread takes it,
+    and the watcher reads it there.
+    """
+    receiver, sender = socket.socketpair()
+    sender.setblocking(False)
+    stopping = {signal.SIGTERM, signal.SIGINT}
+    for number in stopping:
+        signal.signal(number, lambda *_: None)
+    signal.set_wakeup_fd(sender.fileno(), warn_on_full_buffer=False)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+
     def wait() -> None:
-        received = signal.sigwait({signal.SIGTERM, signal.SIGINT})
-        exiter.terminate(f"terminated by {signal.Signals(received).name}")
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
+        with receiver, sender:  # the sender stays open while the watcher runs
+            received = 0
+            while received not in stopping:  # other signals with a Python handler pass by
+                received = receiver.recv(1)[0]
+            exiter.terminate(f"terminated by {signal.Signals(received).name}")
 
     thread = threading.Thread(target=wait, name="sigterm-watcher", daemon=True)
     thread.start()

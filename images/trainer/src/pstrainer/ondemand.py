@@ -17,9 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
-from pydantic import ValidationError
-
-from psoperator.contract import CheckpointAnswer, CheckpointRequest, CheckpointStatus
+from pstrainer.contract import CheckpointAnswer, CheckpointRequest, CheckpointStatus, Invalid
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +40,9 @@ def parse_request(query: str, body: bytes) -> CheckpointRequest:
         fields.update(loaded)
     fields.update(parse_qsl(query))
     try:
-        return CheckpointRequest.model_validate(fields)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ValueError(problems) from None
+        return CheckpointRequest.from_json_object(fields)
+    except Invalid as err:
+        raise ValueError(str(err)) from None
 
 
 def unanswered(addresses: Sequence[str], timeout: float) -> str | None:
@@ -117,6 +114,11 @@ class CheckpointRequests:
         reason = f"no checkpoint within the deadline of {request.params.deadline_seconds:g} s{going_on}"
         return CheckpointStatus.DEADLINE_EXCEEDED, CheckpointAnswer(reason=reason)
 
+    def waiting(self) -> bool:
+        """Whether a request waits to be served (a cheap check before stopping to serve it)."""
+        with self._lock:
+            return bool(self._pending)
+
     def open(self) -> None:
         """The loop is training: queue requests from now on."""
         with self._lock:
@@ -182,4 +184,4 @@ def checkpoint_before_exit(requests: CheckpointRequests, seconds: float) -> None
         else:
             log.warning("SIGTERM: exiting without a checkpoint: %s", answer.reason)
 
-    requests.ask(CheckpointRequest(deadlineSeconds=seconds, holdSeconds=seconds), report)
+    requests.ask(CheckpointRequest(deadline_seconds=seconds, hold_seconds=seconds), report)

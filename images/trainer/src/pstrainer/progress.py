@@ -28,10 +28,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from psoperator.contract import (
+from pstrainer.contract import (
     CHECKPOINT_PATH,
     DEFAULT_CHECKPOINT_BEFORE_STOP_SECONDS,
     METRICS_PATH,
@@ -41,6 +38,7 @@ from psoperator.contract import (
     ExitCode,
     ProgressReport,
 )
+from pstrainer.metrics import CONTENT_TYPE, Registry
 from pstrainer.ondemand import CheckpointRequests, parse_request
 
 log = logging.getLogger(__name__)
@@ -58,45 +56,36 @@ class ProgressTracker:
 
     def __init__(self, total_steps: int | None = None) -> None:
         self._lock = threading.Lock()
-        self._report = ProgressReport(state="starting", step=0, totalSteps=total_steps)
-        self.registry = CollectorRegistry(auto_describe=True)
+        self._report = ProgressReport(state="starting", step=0, total_steps=total_steps)
+        self.registry = Registry()
+        gauge = self.registry.gauge
         self._gauges = {
-            "step": Gauge("pstrainer_global_step", "Global step reached.", registry=self.registry),
-            "total_steps": Gauge("pstrainer_total_steps", "Steps to train.", registry=self.registry),
-            "examples_per_second": Gauge(
-                "pstrainer_examples_per_second", "Training throughput.", registry=self.registry
+            "step": gauge("pstrainer_global_step", "Global step reached."),
+            "total_steps": gauge("pstrainer_total_steps", "Steps to train."),
+            "examples_per_second": gauge("pstrainer_examples_per_second", "Training throughput."),
+            "loss": gauge("pstrainer_loss", "Loss of the latest step."),
+            "checkpoint_step": gauge("pstrainer_last_checkpoint_step", "Step of the latest checkpoint."),
+            "checkpoint_time": gauge(
+                "pstrainer_last_checkpoint_timestamp_seconds", "Unix time of the latest checkpoint."
             ),
-            "loss": Gauge("pstrainer_loss", "Loss of the latest step.", registry=self.registry),
-            "checkpoint_step": Gauge(
-                "pstrainer_last_checkpoint_step", "Step of the latest checkpoint.", registry=self.registry
-            ),
-            "checkpoint_time": Gauge(
-                "pstrainer_last_checkpoint_timestamp_seconds",
-                "Unix time of the latest checkpoint.",
-                registry=self.registry,
-            ),
-            "resumed_from_step": Gauge(
-                "pstrainer_resumed_from_step", "Step restored at start.", registry=self.registry
-            ),
+            "resumed_from_step": gauge("pstrainer_resumed_from_step", "Step restored at start."),
         }
-        self.step_seconds = Histogram(
+        self.step_seconds = self.registry.histogram(
             "pstrainer_step_seconds",
             "Wall time of one global step (a dispatch's time over its steps).",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=self.registry,
         )
-        self.checkpoint_save_seconds = Histogram(
+        self.checkpoint_save_seconds = self.registry.histogram(
             "pstrainer_checkpoint_save_seconds",
             "Wall time of writing one checkpoint.",
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
-            registry=self.registry,
         )
         self._sync_gauges()
 
     def update(self, **fields: Any) -> ProgressReport:
         """Replace fields (python names of ProgressReport) and return the new report."""
         with self._lock:
-            self._report = self._report.model_copy(update=fields)
+            self._report = self._report.replace(**fields)
             self._sync_gauges()
             return self._report
 
@@ -182,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == PROGRESS_PATH:
             self._send(200, "application/json", self.tracker.snapshot().to_json().encode())
         elif path == METRICS_PATH:
-            self._send(200, CONTENT_TYPE_LATEST, generate_latest(self.tracker.registry))
+            self._send(200, CONTENT_TYPE, self.tracker.registry.exposition())
         elif path == "/healthz":
             self._send(200, "text/plain", b"ok\n")
         else:
@@ -206,7 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(CheckpointStatus.BAD_REQUEST, CheckpointAnswer(reason=str(err)))
             return
         if params.hold_seconds > self.max_hold_seconds:  # the job's checkpointBeforeStopSeconds
-            params = params.model_copy(update={"hold_seconds": self.max_hold_seconds})
+            params = params.replace(hold_seconds=self.max_hold_seconds)
         log.info(
             "checkpoint requested (deadline %g s, hold %g s)", params.deadline_seconds, params.hold_seconds
         )

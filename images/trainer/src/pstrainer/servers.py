@@ -2,7 +2,7 @@
 
 They never finish on their own; only the chief does. The operator stops them (SIGTERM, exit 143):
 a worker at once (the coordinator gives its steps to the others), a parameter server after its
-drain time (--ps-drain-seconds), during which the chief can still read its variables to save.
+drain time (PSTRAINER_PS_DRAIN_SECONDS), during which the chief can still read its variables to save.
 """
 
 from __future__ import annotations
@@ -12,29 +12,28 @@ import os
 
 import tensorflow as tf
 
-from psoperator.contract import ExitCode, Role
-from pstrainer.chief import cluster_resolver
-from pstrainer.config import TrainerConfig
+from pstrainer.contract import Role
+from pstrainer.task import Task
 
 log = logging.getLogger(__name__)
 
 
-def run_server(config: TrainerConfig) -> tuple[ExitCode, str]:
-    resolver = cluster_resolver(config)
+def serve(task: Task) -> str:
+    """Start this task's TensorFlow server and serve until the process is stopped."""
     session_config = tf.compat.v1.ConfigProto()
-    workers = len(config.cluster.get("worker", []))
-    if config.role is Role.WORKER and (os.cpu_count() or 1) < workers + 1:
+    workers = task.num_tasks(Role.WORKER)
+    if task.role is Role.WORKER and (os.cpu_count() or 1) < workers + 1:
         # A worker runs closures for the coordinator and serves its peers at once; TensorFlow's
         # guidance is at least one inter-op thread per worker plus one.
         session_config.inter_op_parallelism_threads = workers + 1
     server = tf.distribute.Server(
-        resolver.cluster_spec(),
-        job_name=config.role.value,
-        task_index=config.task_index,
+        tf.train.ClusterSpec(task.cluster),
+        job_name=task.role.value,
+        task_index=task.task_index,
         protocol="grpc",
         config=session_config,
         start=True,
     )
-    log.info("%s serving at %s", config.task_name, server.target)
+    log.info("%s serving at %s", task.task_name, server.target)
     server.join()
-    return ExitCode.PERMANENT, "the TensorFlow server stopped on its own"
+    raise RuntimeError("the TensorFlow server stopped on its own")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from pstrainer.config import ConfigError
+from pstrainer.task import ConfigError
 
 log = logging.getLogger(__name__)
 
