@@ -24,7 +24,8 @@ INTRO = """\
 
 <!-- Generated from operator/psoperator/cli.py by `python -m psoperator.reference --write`. -->
 
-`pip install .` (or the operator image, whose entrypoint it is) installs the `psoperator` command.
+`pip install images/trainer .` (pstrainer, which holds the contract, is not on PyPI; or the operator
+image, whose entrypoint it is) installs the `psoperator` command.
 `run` is what the chart's Deployment runs; `render`, `crd`, `metrics` and `plan` need no cluster.
 """
 
