@@ -78,12 +78,11 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.watching.server_timeout = 300
     # kopf lists each watched kind before it watches, and hands every listed object to a worker of
     # its own that keeps the object whole until it has handled it, then idles for idle_timeout (5 s
-    # by default) before it goes. Listed all at once, a restart with 1,000 jobs held every pod, child
-    # and job whole at the same time: RSS peaked at 620-640 MiB and stayed near 590 (the chart's
-    # limit is 512 MiB). Listed a page at a time, the next page comes only after the handlers had a
-    # turn: the same restart peaks at 290-345 MiB. The idle workers of 15,000 objects listed within
-    # 5 s still made the interpreter's high-water mark, which it keeps for good (its small-object
-    # arenas): gone after WORKER_IDLE_SECONDS, a restart on 1,000 jobs peaked 40 MiB lower (README).
+    # by default) before it goes. Listed a page at a time, the next page comes only after the
+    # handlers had a turn, so a restart on many jobs never holds every pod, child and job whole at
+    # once; idle workers go after WORKER_IDLE_SECONDS, so the objects they held do not raise the
+    # interpreter's high-water mark, which it keeps for good (its small-object arenas). A restart's
+    # peak RSS: docs/performance.md, Steady.
     settings.watching.chunk_size = LIST_PAGE
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     settings.networking.request_timeout = _state(memo).kube.timeout

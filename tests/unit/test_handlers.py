@@ -327,9 +327,9 @@ def test_a_loop_marks_its_job_idle_while_it_is_finished_and_forgets_it_when_it_e
 
 def test_a_loop_woken_in_the_turn_its_job_is_deleted_still_stops(monkeypatch: pytest.MonkeyPatch) -> None:
     """The job's DELETED stops its loop while the garbage collector's deletions of its children wake
-    it: Python 3.11's asyncio.wait_for returned the wake-up and swallowed the cancellation, the loop
-    went on, and the DELETED handler waited for it until the job's next fresh read (CI, 2026-12-06:
-    a deleted job's series still scraped 30 s later)."""
+    it: Python 3.11's asyncio.wait_for can return the wake-up and swallow the cancellation; the loop
+    must stop all the same, or the DELETED handler waits for it until the job's next fresh read (and
+    a deleted job's series are still scraped meanwhile)."""
 
     reconciles: list[int] = []
 
@@ -624,7 +624,7 @@ def test_a_chief_whose_port_refused_is_not_asked_again_until_its_wait_is_over() 
 
 
 def test_a_restarts_old_chief_job_and_pod_deletions_go_out_at_once() -> None:
-    """Issue 26: the old chief Job, the old chief pod and the PS that served it are asked to stop
+    """The old chief Job, the old chief pod and the PS that served it are asked to stop
     together: each deletion below waits until all four are in flight, which one after another
     never are (a round trip to a loaded API server each)."""
     in_flight = threading.Barrier(4, timeout=5)
@@ -874,7 +874,7 @@ def test_a_refused_network_policy_holds_every_pod_and_the_next_status_says_why(
 def test_a_reconcile_about_to_act_reads_its_chief_jobs_fresh_and_keeps_what_it_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 26: before acting, the job, its pods and its chief Jobs are read fresh (3 requests; 7
+    """Before acting, the job, its pods and its chief Jobs are read fresh (3 requests; 7
     with every kind of child), the other children come from the watch cache. The Service created is
     kept as the API server answered it: the next reconcile, the watch still silent, makes nothing."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
@@ -900,7 +900,7 @@ def test_a_reconcile_about_to_act_reads_its_chief_jobs_fresh_and_keeps_what_it_m
 
 
 def test_a_fresh_read_asks_for_the_job_its_pods_and_its_chief_jobs_at_once() -> None:
-    """Issue 26: the 3 requests of the read before acting are in flight together (each waits below
+    """The 3 requests of the read before acting are in flight together (each waits below
     until all are), not the job first and its pods and chief Jobs after it."""
     in_flight = threading.Barrier(3, timeout=5)
     job = builders.with_status(builders.job(), phase="Running")
@@ -1064,8 +1064,7 @@ def test_a_restarts_new_chief_job_waits_for_the_old_chief_pod_whatever_the_watch
     running, its Job gone. However stale the watch cache is (it missed the Job's deletion, the old
     pod, or a child across an API server restart), the reconcile that would create the new chief
     Job reads the chief Jobs and the pods fresh first, and holds it. From the cache alone it would
-    replace the Job at once in the first two cases. (Issue 26: the narrower acting read that eb2e1b1
-    reverted read the job, its chief Jobs and its pods fresh too, and passes this as well.)"""
+    replace the Job at once in the first two cases."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
     monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
     restarted = _restarted_job()

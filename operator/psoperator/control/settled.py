@@ -1,8 +1,8 @@
 """A reconcile that changed nothing stands while nothing it was decided from changes.
 
-At rest (a job running, its pods up, nothing to do), every resync used to decide again from the
-same inputs: the plan (the spec and status validated by pydantic, every stage), the metrics'
-reading of it (three more validations) and a status patch of nothing. A decision that wrote nothing
+At rest (a job running, its pods up, nothing to do), a resync would decide again from the same
+inputs: the plan (the spec and status validated by pydantic, every stage), the metrics' reading of
+it (three more validations) and a status patch of nothing. A decision that wrote nothing
 and acted on nothing is kept with what it was decided from (`inputs_of`) until its own clock asks for
 another (`ReconcilePlan.requeue_after`: every clock of the plan asks for one, from the TTL to the
 stall timeout, plan/stages.py; and the moment the metrics would read the step rate as 0); a

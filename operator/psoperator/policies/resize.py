@@ -1,5 +1,5 @@
 """Live resize: spec.ps.replicas, spec.worker.replicas or the PS containers' resources changed on
-a running job (issue 23): more PS memory for a job that keeps OOMing, without losing its history.
+a running job: more PS memory for a job that keeps OOMing, without losing its history.
 
 A resize is a planned stop, not a failure: the chief is asked for a checkpoint (planned_stop.py),
 then the operator makes the coordinated restart it makes for a lost parameter server, with the
