@@ -4,7 +4,7 @@ At start-up, kopf is configured (no finalizer, the children's watches filtered t
 lists a page at a time) and the operator waits for its CRD to be served; with leader election, the
 elector starts the jobs' loops when this replica takes the Lease (the process exits when it loses
 it). The watch handlers keep the watch cache (observe/cache.py) and start, wake or stop a job's
-loop (control/loop.py), which reconciles it (control/protocol.py).
+loop (control/loop.py), which reconciles it (control/reconciler.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
-from psoperator.control import heap, polling
+from psoperator.control import chief_client, memory_trim
 from psoperator.control.leader import Elector
 from psoperator.control.loop import lead, start_loop, stop_loop, stop_loops, wake
 from psoperator.control.state import OperatorState
@@ -89,7 +89,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
     state = _state(memo)
-    state.session = polling.chief_session()
+    state.session = chief_client.chief_session()
     # The API calls' threads (kube.in_thread); kopf runs its sync handlers in an executor of its own.
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
@@ -101,7 +101,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
         state.elector = Elector(lease, state.election, lead=lambda: loop.call_soon_threadsafe(lead, state))
         state.kube.may_write = state.elector.holds  # no write once this replica may have lost the Lease
         state.elector.start()
-    state.heap_task = asyncio.create_task(heap.trim_every(), name="heap-trim")
+    state.trim_task = asyncio.create_task(memory_trim.trim_every(), name="memory-trim")
 
 
 @kopf.on.startup(id="crd-served")
@@ -125,10 +125,10 @@ async def wait_for_the_crd(memo: Any, logger: Any, **_: Any) -> None:
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     state = _state(memo)
-    if state.heap_task is not None:
-        state.heap_task.cancel()
+    if state.trim_task is not None:
+        state.trim_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await state.heap_task
+            await state.trim_task
     await stop_loops(state)
     if state.elector is not None:
         await state.elector.stop()  # writes nothing more, then frees the Lease

@@ -131,7 +131,7 @@ def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_
 
 def test_a_fresh_read_returns_the_pods_it_found_gone_as_the_watch_last_showed_them() -> None:
     """Gone (or replaced under its name) while the watch has not said how: its last watched state
-    is what the reconcile will go by if the watch stays silent (control/protocol.py observe)."""
+    is what the reconcile will go by if the watch stays silent (control/reconciler.py observe)."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
@@ -285,7 +285,7 @@ def test_the_kept_objects_of_two_jobs_share_one_copy_of_their_short_strings() ->
 
 
 def test_a_read_of_some_kinds_drops_only_what_it_read_and_is_not_the_jobs_full_read() -> None:
-    """The read before acting lists the job's pods and chief Jobs (control/protocol.py ACT_READ):
+    """The read before acting lists the job's pods and chief Jobs (control/reconciler.py ACT_READ):
     a chief Job it no longer found goes; a Service it did not read stays, and the job's next full
     read is still due when it was."""
     cache = WatchCache()

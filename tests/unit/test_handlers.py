@@ -28,10 +28,10 @@ from psoperator import GROUP, handlers
 from psoperator.api.labels import ANNOTATION_HASH, LABEL_JOB, LABEL_QUEUE
 from psoperator.api.vocabulary import Phase
 from psoperator.contract import PROGRESS_PATH
-from psoperator.control import loop, polling, protocol
+from psoperator.control import chief_client, loop, reconciler
+from psoperator.control.chief_client import chief_report
 from psoperator.control.chief_key import ChiefKey
 from psoperator.control.leader import Election, Elector
-from psoperator.control.polling import chief_report
 from psoperator.control.state import Config, JobState, OperatorState
 from psoperator.kube import LIST_PAGE, StaleJob
 from psoperator.metrics.readings import JobReading
@@ -155,7 +155,7 @@ def test_a_loop_that_ends_by_itself_forgets_everything_of_its_job(monkeypatch: p
     async def gone(state: OperatorState, *_: Any) -> None:
         """What reconciles left before the job went, then the fresh read that finds it gone."""
         job = state.jobs[key]
-        job.in_sync, job.refusals = ("inputs",), polling.Refusals("chief-uid", 1, 0.0)
+        job.in_sync, job.refusals = ("inputs",), chief_client.Refusals("chief-uid", 1, 0.0)
         state.cache.read_at[key] = state.cache.written_at[key] = 1.0
         state.metrics.record(*key, JobReading(phase=Phase.RUNNING, step=3))
         return None
@@ -516,7 +516,7 @@ def _counting_renders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         renders.append(job["metadata"]["resourceVersion"])
         return render_children(job, options)
 
-    monkeypatch.setattr(protocol, "render_children", counting_render)
+    monkeypatch.setattr(reconciler, "render_children", counting_render)
     return renders
 
 
@@ -536,8 +536,8 @@ def test_the_children_are_rendered_again_only_when_what_decides_them_changes(
     job_state = JobState(logging.getLogger("test"))
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
 
-    def decide(seen_job: Any, children: list[Any]) -> protocol.Decision:
-        return asyncio.run(protocol.decide(state, job_state, Snapshot(seen_job, children, []), fresh=False))
+    def decide(seen_job: Any, children: list[Any]) -> reconciler.Decision:
+        return asyncio.run(reconciler.decide(state, job_state, Snapshot(seen_job, children, []), fresh=False))
 
     assert decide(job, []).changes  # a new job: its children are to be created
     created = [slim_child(c) for c in _as_created(job)]
@@ -562,8 +562,8 @@ def test_a_status_write_does_not_render_the_children_again(monkeypatch: pytest.M
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     created = [slim_child(c) for c in _as_created(job)]
 
-    def decide(seen_job: Any) -> protocol.Decision:
-        return asyncio.run(protocol.decide(state, job_state, Snapshot(seen_job, created, []), fresh=False))
+    def decide(seen_job: Any) -> reconciler.Decision:
+        return asyncio.run(reconciler.decide(state, job_state, Snapshot(seen_job, created, []), fresh=False))
 
     assert not decide(job).changes and renders == ["7"]
     written = builders.with_status(job, phase="Running", step=100)
@@ -642,9 +642,9 @@ def test_a_restarts_old_chief_job_and_pod_deletions_go_out_at_once() -> None:
     deletions = [PodDeletion(f"ctr-{name}", f"uid-{name}", 5) for name in ("chief-0x", "ps-0", "ps-1")]
     plan = ReconcilePlan(status={}, render=None, delete_pods=deletions)
     replaced = ChildChange(chief, ChildVerb.DELETE_REPLACED, old)
-    decision = protocol.Decision(plan, None, [replaced], [], datetime.now(UTC))
+    decision = reconciler.Decision(plan, None, [replaced], [], datetime.now(UTC))
     log = logging.getLogger("test")
-    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
+    asyncio.run(reconciler.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     assert sorted(path for _, path in kube.calls) == [
         *(f"/api/v1/namespaces/team-a/pods/ctr-{name}" for name in ("chief-0x", "ps-0", "ps-1")),
         f"/apis/batch/v1/namespaces/team-a/jobs/{chief['metadata']['name']}",
@@ -659,9 +659,9 @@ def test_a_statefulsets_new_template_is_in_place_before_its_pods_are_deleted() -
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     ps = next(c for c in render_children(job) if c["kind"] == "StatefulSet")
     plan = ReconcilePlan(status={}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)])
-    decision = protocol.Decision(plan, None, [ChildChange(ps, ChildVerb.PATCH)], [], datetime.now(UTC))
+    decision = reconciler.Decision(plan, None, [ChildChange(ps, ChildVerb.PATCH)], [], datetime.now(UTC))
     log = logging.getLogger("test")
-    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
+    asyncio.run(reconciler.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     paths = [path for _, path in kube.calls]
     patched = paths.index("/apis/apps/v1/namespaces/team-a/statefulsets/ctr-ps")
     assert patched < paths.index("/api/v1/namespaces/team-a/pods/ctr-ps-0")
@@ -681,7 +681,7 @@ def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is
         kube.wire.by_path = {path: job, f"{path}/status": written}
         state = OperatorState(kube, Metrics())
         state.cache.job_seen("team-a", "ctr", job)
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
         return kube.calls
 
     calls = first_reconcile(new)
@@ -703,7 +703,7 @@ def test_a_new_chief_job_comes_after_its_token_secret() -> None:
     kube.wire.by_path = {path: new, f"{path}/status": new | {"status": {"phase": "Pending"}}}
     state = OperatorState(kube, Metrics(), Config(chief_key=key))
     state.cache.job_seen("team-a", "ctr", new)
-    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     posted = [path for method, path in kube.calls if method == "POST"]
     secret = posted.index("/api/v1/namespaces/team-a/secrets")
     assert posted[secret + 1] == "/apis/batch/v1/namespaces/team-a/jobs"
@@ -723,9 +723,9 @@ def test_a_reconcile_does_not_act_once_the_lease_is_past_its_renew_deadline() ->
     plan = ReconcilePlan(
         status={"phase": "Restarting"}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)]
     )
-    decision = protocol.Decision(plan, None, [], [], datetime.now(UTC))
+    decision = reconciler.Decision(plan, None, [], [], datetime.now(UTC))
     log = logging.getLogger("test")
-    asyncio.run(protocol.act(state, JobState(log), Snapshot(job, [], []), decision, log))
+    asyncio.run(reconciler.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     assert kube.calls == []
 
 
@@ -788,7 +788,7 @@ def test_a_plans_events_are_posted_even_when_a_child_write_then_fails(
     state = OperatorState(kube, Metrics())
     state.cache.job_seen("team-a", "ctr", job)
     with pytest.raises(ApiException):
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     assert posted == ["Suspended"]
 
 
@@ -819,7 +819,7 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
         state.cache.child_seen("ADDED", child)
 
     def reconcile() -> None:
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
 
     reconcile()
     assert warnings == [unmade] and kube.reads == 1
@@ -859,7 +859,7 @@ def test_a_refused_network_policy_holds_every_pod_and_the_next_status_says_why(
     state.cache.job_seen("team-a", "ctr", job)
 
     def reconcile() -> None:
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
 
     reconcile()  # decided from the watch: the status, then the children
     reconcile()  # the job's first fresh read: the status says why, and the policy is tried again
@@ -891,7 +891,7 @@ def test_a_reconcile_about_to_act_reads_its_chief_jobs_fresh_and_keeps_what_it_m
     state.cache.read_at[("team-a", "ctr")] = time.monotonic()  # read in full lately
 
     def reconcile() -> list[tuple[str, str]]:
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
         return [call for call in kube.calls if call[0] == "POST"]
 
     assert reconcile() == [("POST", "/api/v1/namespaces/team-a/services")]
@@ -921,7 +921,7 @@ def test_a_fresh_read_asks_for_the_job_its_pods_and_its_chief_jobs_at_once() -> 
     kube = TogetherKube(job, [])
     state = OperatorState(kube, Metrics())
     state.cache.job_seen("team-a", "ctr", job)
-    seen = asyncio.run(protocol.read_fresh(state, ("team-a", "ctr"), full=False))
+    seen = asyncio.run(reconciler.read_fresh(state, ("team-a", "ctr"), full=False))
     assert seen is not None and seen.job == job and kube.listed == ["Job"]
 
 
@@ -935,7 +935,7 @@ def test_a_job_queued_since_the_cache_saw_it_has_its_workloads_read_too() -> Non
     state = OperatorState(kube, Metrics())
     state.kueue_served = True
     state.cache.job_seen("team-a", "ctr", unqueued)
-    asyncio.run(protocol.read_fresh(state, ("team-a", "ctr"), full=False))
+    asyncio.run(reconciler.read_fresh(state, ("team-a", "ctr"), full=False))
     assert kube.listed == ["Job", "Workload"]
 
 
@@ -960,7 +960,7 @@ def _reads_of_a_reconcile(kube: OneJobKube, state: OperatorState, last_read_ago:
     else:
         state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_ago
     before = kube.reads
-    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     return kube.reads - before
 
 
@@ -1066,7 +1066,7 @@ def test_a_restarts_new_chief_job_waits_for_the_old_chief_pod_whatever_the_watch
     Job reads the chief Jobs and the pods fresh first, and holds it. From the cache alone it would
     replace the Job at once in the first two cases."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
-    monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
+    monkeypatch.setattr(reconciler, "UNEXPLAINED_WAIT", 0.0)
     restarted = _restarted_job()
     job, children, others = restarted.job, restarted.children, restarted.others
     old_chief = _owned(builders.pod("chief", 0, attempt=0), "Job", "ctr-chief", "old-job-uid")
@@ -1086,12 +1086,12 @@ def test_a_restarts_new_chief_job_waits_for_the_old_chief_pod_whatever_the_watch
     for pod in cached[1]:
         state.cache.pod_seen("ADDED", pod, parse_pod(pod))
     state.cache.read_at[("team-a", "ctr")] = time.monotonic()  # read fresh lately: the cache decides
-    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     assert ("POST", "/apis/batch/v1/namespaces/team-a/jobs") not in kube.calls
     assert ("DELETE", "/api/v1/namespaces/team-a/pods/ctr-chief-0x") in kube.calls  # asked to stop
 
 
-@pytest.mark.parametrize("last_read_seconds_ago", [2.0, protocol.DEPARTURE_RECHECK_SECONDS + 1])
+@pytest.mark.parametrize("last_read_seconds_ago", [2.0, reconciler.DEPARTURE_RECHECK_SECONDS + 1])
 def test_a_new_chief_held_for_an_old_chief_pod_the_watch_never_saw_go_is_made_at_a_fresh_read(
     monkeypatch: pytest.MonkeyPatch, last_read_seconds_ago: float
 ) -> None:
@@ -1101,7 +1101,7 @@ def test_a_new_chief_held_for_an_old_chief_pod_the_watch_never_saw_go_is_made_at
     has lasted DEPARTURE_RECHECK_SECONDS since the last fresh read, the reconcile reads fresh, finds
     the pod gone and creates the next attempt's chief Job."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
-    monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
+    monkeypatch.setattr(reconciler, "UNEXPLAINED_WAIT", 0.0)
     restarted = _restarted_job()
     job, children, others = restarted.job, restarted.children, restarted.others
     stopping = _owned(builders.pod("chief", 0, attempt=0, deleting=True), "Job", "ctr-chief", "old-job-uid")
@@ -1113,9 +1113,9 @@ def test_a_new_chief_held_for_an_old_chief_pod_the_watch_never_saw_go_is_made_at
     for pod in [stopping, *others]:
         state.cache.pod_seen("ADDED", pod, parse_pod(pod))
     state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_seconds_ago
-    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     created = ("POST", "/apis/batch/v1/namespaces/team-a/jobs") in kube.calls
-    assert created == (last_read_seconds_ago > protocol.DEPARTURE_RECHECK_SECONDS), kube.calls
+    assert created == (last_read_seconds_ago > reconciler.DEPARTURE_RECHECK_SECONDS), kube.calls
 
 
 def test_a_ps_the_watch_showed_marked_for_preemption_and_a_read_found_gone_counts_as_preempted(
@@ -1126,7 +1126,7 @@ def test_a_ps_the_watch_showed_marked_for_preemption_and_a_read_found_gone_count
     found the PS gone (KWOK removes a deleted pod at once), and the watch lagged on its deletion
     past the wait. Its last watched state tells how it ended."""
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)
-    monkeypatch.setattr(protocol, "UNEXPLAINED_WAIT", 0.0)
+    monkeypatch.setattr(reconciler, "UNEXPLAINED_WAIT", 0.0)
     job = builders.with_status(builders.job(), phase="Pending")
     job["metadata"]["resourceVersion"] = "7"
     children = _as_created(job)
@@ -1153,7 +1153,7 @@ def test_a_ps_the_watch_showed_marked_for_preemption_and_a_read_found_gone_count
     for pod in [marked if p["metadata"]["name"] == "ctr-ps-0" else p for p in pods]:
         state.cache.pod_seen("ADDED", pod, parse_pod(pod))
     state.cache.read_at[("team-a", "ctr")] = time.monotonic() - 1  # read fresh lately: the cache decides
-    asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     status = kube.job["status"]
     assert (status["restarts"], status["countedRestarts"]) == (1, 0)
     assert status["lastFailure"]["reason"] == "Preempted", status["lastFailure"]
@@ -1200,7 +1200,7 @@ def test_a_chief_whose_termination_message_is_no_valid_report_still_gets_its_ver
     state.cache.job_seen("team-a", "ctr", job)
 
     def reconcile() -> None:
-        asyncio.run(protocol.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+        asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
 
     reconcile()
     status = kube.job["status"]
@@ -1275,7 +1275,7 @@ def test_after_a_failed_reconcile_the_jobs_full_read_is_due_at_its_turn_not_at_o
     key = ("team-a", "ctr")
     outcomes: list[Exception | None] = [ApiException(status=503, reason="Service Unavailable"), None, None]
     reads: list[int] = []
-    reconcile = protocol.reconcile_once
+    reconcile = reconciler.reconcile_once
 
     async def failing_once(state: OperatorState, namespace: str, name: str, logger: Any) -> Any:
         before = kube.listed.count("Service")  # only a full read lists them

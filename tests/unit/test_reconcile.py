@@ -869,7 +869,7 @@ CLOCKS: dict[str, tuple[dict[str, Any], Observed, ProgressReport | None]] = {
 
 @pytest.mark.parametrize("clock", CLOCKS)
 def test_a_plan_that_changed_nothing_asks_to_be_woken_when_its_clock_would_change_it(clock: str) -> None:
-    """control/settled.py keeps a decision that changed nothing until the plan's wake-up: each clock
+    """control/decision_cache.py keeps a decision that changed nothing until the plan's wake-up: each clock
     of the plan asks for one, or what it does on time would wait for the job's next change."""
     first_job, seen, report = CLOCKS[clock]
     first = plan_reconcile(first_job, seen, report, NOW)

@@ -1,6 +1,6 @@
 """One loop per job, and its pace.
 
-A job's loop reconciles it (control/protocol.py) on start (including after an operator restart),
+A job's loop reconciles it (control/reconciler.py) on start (including after an operator restart),
 when the watches wake it (its spec or one of its children changed; not its status: the operator
 writes it), and on a timer for progress, deadlines and TTLs: finished and suspended jobs rarely,
 every timer jittered, all of them stretched when the jobs together would pass `resyncs_per_second`.
@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from psoperator.api.vocabulary import FINISHED_PHASES, Phase
-from psoperator.control.protocol import reconcile_once
+from psoperator.control.reconciler import reconcile_once
 from psoperator.control.state import OperatorState
 from psoperator.kube import StaleJob, api_failure
 from psoperator.observe.cache import JobKey

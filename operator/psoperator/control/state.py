@@ -19,10 +19,10 @@ from typing import Any
 import aiohttp
 
 from psoperator.contract import DEFAULT_PROGRESS_PORT, RejectedReport
+from psoperator.control.chief_client import Refusals
 from psoperator.control.chief_key import ChiefKey
+from psoperator.control.decision_cache import Settled
 from psoperator.control.leader import Election, Elector
-from psoperator.control.polling import Refusals
-from psoperator.control.settled import Settled
 from psoperator.faults import Fault
 from psoperator.kube import Kube
 from psoperator.metrics.registry import Metrics
@@ -79,7 +79,7 @@ class JobState:
     loop: asyncio.Task[None] | None = None
     wakeup: asyncio.Event | None = None  # set by the watches to reconcile now
     idle: bool = False  # the last reconcile found it finished or suspended
-    # The inputs with which its children were last found as rendered (control/protocol.py), or as
+    # The inputs with which its children were last found as rendered (control/reconciler.py), or as
     # near as they can be: what is left conflicts or was refused, and was told.
     in_sync: tuple[Any, ...] | None = None
     # The NameConflict and ChildRejected warnings its last changes told, by child ("Kind/name"), as
@@ -108,7 +108,7 @@ class OperatorState:
     # With leader election (several replicas), only the Lease's holder runs the jobs' loops.
     election: Election | None = None
     elector: Elector | None = None
-    heap_task: asyncio.Task[None] | None = None  # control/heap.py
+    trim_task: asyncio.Task[None] | None = None  # control/memory_trim.py
     # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.

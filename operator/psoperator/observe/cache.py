@@ -5,7 +5,7 @@ the children and pods that carry a job's label; the event handlers keep the late
 here, so a reconcile lists nothing. The operator's own creates and patches are kept as the API
 server answered them, before their watch events arrive. A reconcile that is about to act (create,
 patch or delete a child, delete a pod, restart the chief, emit an event) reads the job, its pods and
-its chief Jobs fresh from the API and decides again (control/protocol.py): the watch may lag the API
+its chief Jobs fresh from the API and decides again (control/reconciler.py): the watch may lag the API
 server by a few events, and the restart counter and the chief's attempt must be read where they were
 last written, or a restart could be made twice. Now and then a full read (every kind of child) also
 adds what the watch has not delivered and drops what vanished unseen (a watch that restarted after

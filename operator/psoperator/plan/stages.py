@@ -38,7 +38,7 @@ from psoperator.plan.draft import (
     ReconcilePlan,
     stops_within_recycled_grace,
 )
-from psoperator.plan.queue import finish_workload, wait_for_admission
+from psoperator.plan.kueue_admission import finish_workload, wait_for_admission
 from psoperator.policies import (
     deadline,
     node_lost,

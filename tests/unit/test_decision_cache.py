@@ -1,4 +1,5 @@
-"""A reconcile that changed nothing stands while nothing it was decided from changes (control/settled.py)."""
+"""A reconcile that changed nothing stands while nothing it was decided from changes
+(control/decision_cache.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import kopf
 import pytest
 
-from psoperator.control import protocol
+from psoperator.control import reconciler
 from psoperator.control.state import OperatorState
 from psoperator.metrics.registry import Metrics
 from psoperator.observe.views import parse_pod
@@ -32,7 +33,7 @@ class RunningJob:
             self.plans.append(job["metadata"]["resourceVersion"])
             return plan_reconcile(job, *args, **kwargs)
 
-        monkeypatch.setattr(protocol, "plan_reconcile", counting)
+        monkeypatch.setattr(reconciler, "plan_reconcile", counting)
         job = builders.with_status(builders.job(), phase="Pending")
         job["metadata"]["resourceVersion"] = "7"
         children = _as_created(job)
@@ -58,7 +59,7 @@ class RunningJob:
 
     def reconcile(self) -> None:
         self.state.cache.read_at[KEY] = time.monotonic()  # read fresh lately: the cache decides
-        asyncio.run(protocol.reconcile_once(self.state, *KEY, logging.getLogger("test")))
+        asyncio.run(reconciler.reconcile_once(self.state, *KEY, logging.getLogger("test")))
 
     def settle(self) -> None:
         """Reconcile until one changes nothing (the job's status is as the plan has it)."""
@@ -110,7 +111,7 @@ def test_a_fresh_read_always_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     job.settle()
     plans = len(job.plans)
     job.state.cache.read_at.clear()
-    asyncio.run(protocol.reconcile_once(job.state, *KEY, logging.getLogger("test")))
+    asyncio.run(reconciler.reconcile_once(job.state, *KEY, logging.getLogger("test")))
     assert len(job.plans) == plans + 1
 
 

@@ -26,7 +26,7 @@ another writer came first.
       decide <-----------------------------------------------------------+
          |
          +-- from the cache, what it is decided from is as it was when its last decision
-         |   changed nothing, and that decision's clock has not run out (control/settled.py)
+         |   changed nothing, and that decision's clock has not run out (control/decision_cache.py)
          |   --> that decision, as is
          |
          +-- only a status change, written less than STATUS_SPACING_SECONDS ago
@@ -58,7 +58,7 @@ from kubernetes.client.exceptions import ApiException
 from psoperator.api.labels import CHILD_KINDS, QUEUE_KINDS
 from psoperator.api.models import TrackedPod, Tracking
 from psoperator.contract import ProgressReport, RejectedReport
-from psoperator.control import kueue, polling, settled
+from psoperator.control import chief_client, decision_cache, kueue
 from psoperator.control.state import JobState, OperatorState
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import ApplyResult, in_thread
@@ -100,7 +100,7 @@ class Decision:
     conflicts: list[str]  # children's names taken by objects the job does not own (plan_children)
     now: datetime
     inputs: tuple[Any, ...] | None = None  # what decided the changes (sync_inputs)
-    facts: tuple[Any, ...] | None = None  # what it was decided from (settled.inputs_of)
+    facts: tuple[Any, ...] | None = None  # what it was decided from (decision_cache.inputs_of)
     stands: bool = False  # the job's settled decision, standing: nothing to do, nothing to write
 
     @property
@@ -207,13 +207,13 @@ async def decide(
     if report is None:
         attempt = int((job.get("status") or {}).get("restarts") or 0)
         port, chief = state.config.progress_port, observed.chief_pod(attempt)
-        given, job_state.refusals = await polling.chief_report(
+        given, job_state.refusals = await chief_client.chief_report(
             state.session, port, chief, job_state.refusals, chief_token(state, job)
         )
         report = accepted(job_state, job, given)
     now = datetime.now(UTC)
     tracked = {entry.uid for entry in tracking.values()}
-    facts = settled.inputs_of(
+    facts = decision_cache.inputs_of(
         seen, observed, tracked, report, job_state.checkpoint_outcome, state.kueue_served
     )
     standing = job_state.settled.stands(facts, time.monotonic()) if job_state.settled and not fresh else None
@@ -330,7 +330,7 @@ async def reconcile_once(
     changed_nothing = decision.quiet and not wrote
     kept = seen.job.get("status") or {}
     job_state.settled = (
-        settled.settle(decision.plan, kept, decision.facts, started, decision.now)
+        decision_cache.settle(decision.plan, kept, decision.facts, started, decision.now)
         if changed_nothing
         else None
     )
@@ -365,7 +365,9 @@ async def act(
     if plan.ask_checkpoint is not None:  # the stop waits for the answer (up to the ask's deadline)
         port = state.config.progress_port
         ask, refusals, token = plan.ask_checkpoint, job_state.refusals, chief_token(state, job)
-        job_state.checkpoint_outcome = await polling.ask_checkpoint(state.session, port, ask, refusals, token)
+        job_state.checkpoint_outcome = await chief_client.ask_checkpoint(
+            state.session, port, ask, refusals, token
+        )
     if plan.delete_job:
         # kopf.event, not kopf.info: kopf posts info only at its INFO posting level (ours is WARNING).
         kopf.event(
