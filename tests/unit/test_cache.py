@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from psoperator.api.labels import LABEL_JOB
-from psoperator.observe.cache import SUPERSEDED_SECONDS, WatchCache
+from psoperator.observe.cache import VANISHED_SECONDS, WatchCache
 from psoperator.observe.views import parse_pod, slim_child
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
@@ -80,8 +80,7 @@ def test_children_and_pods_come_from_events_and_go_with_deletion() -> None:
 
 def test_the_objects_of_a_forgotten_job_leave_nothing_behind_as_the_garbage_collector_deletes_them() -> None:
     """After its job is forgotten, the garbage collector marks each pod and child deleting, then
-    deletes it: none of their events keeps anything (a uid in `gone` for each, forever, before) or
-    wakes a loop."""
+    deletes it: none of their events keeps anything (not even its uid) or wakes a loop."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
@@ -101,7 +100,7 @@ def test_the_objects_of_a_forgotten_job_leave_nothing_behind_as_the_garbage_coll
             cache.child_seen("DELETED", child | {"metadata": {**child["metadata"], "uid": child["kind"]}})
             is None
         )
-    assert (cache.gone, cache.pods, cache.children, cache.superseded) == ({}, {}, {}, {})
+    assert (cache.deleted, cache.pods, cache.children, cache.vanished) == ({}, {}, {}, {})
 
 
 def test_an_object_without_the_job_label_is_not_kept() -> None:
@@ -187,28 +186,28 @@ def test_a_pod_a_fresh_read_found_gone_is_not_brought_back_by_a_watch_that_lags(
         snapshot = cache.snapshot(key)
         assert snapshot is not None and snapshot.pods == []
     _seen(cache, "DELETED", _pod("ctr-ps-0", "Failed", 10))
-    assert not cache.superseded
+    assert not cache.vanished
 
 
 def test_a_pod_found_gone_whose_deleted_never_comes_is_let_go_at_a_read_long_after() -> None:
     """A watch that re-listed across a pod's deletion never sends its DELETED: the uid it left
-    superseded is let go at the first fresh read SUPERSEDED_SECONDS later, not kept for the job's
+    vanished is let go at the first fresh read VANISHED_SECONDS later, not kept for the job's
     lifetime; a read before then keeps it, so a lagging event still cannot show the pod again.
-    The read comes at a time where `(start + SUPERSEDED_SECONDS) - start` rounds below
-    SUPERSEDED_SECONDS, as it does at some times of a clock that has run long enough."""
+    The read comes at a time where `(start + VANISHED_SECONDS) - start` rounds below
+    VANISHED_SECONDS, as it does at some times of a clock that has run long enough."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
     _seen(cache, "ADDED", _pod("ctr-ps-0", "Pending", 3))
-    start = _a_later_time_whose_sum_rounds_down(SUPERSEDED_SECONDS)
+    start = _a_later_time_whose_sum_rounds_down(VANISHED_SECONDS)
     cache.read_fresh(key, _job(1, 2), [], [], start)
-    assert cache.superseded
-    cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS - 1)
+    assert cache.vanished
+    cache.read_fresh(key, _job(1, 2), [], [], start + VANISHED_SECONDS - 1)
     _seen(cache, "MODIFIED", _pod("ctr-ps-0", "Running", 4))
     snapshot = cache.snapshot(key)
     assert snapshot is not None and snapshot.pods == []
-    cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS)
-    assert not cache.superseded
+    cache.read_fresh(key, _job(1, 2), [], [], start + VANISHED_SECONDS)
+    assert not cache.vanished
 
 
 def _a_later_time_whose_sum_rounds_down(span: float) -> float:

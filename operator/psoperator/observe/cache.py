@@ -27,10 +27,10 @@ from psoperator.observe.views import PodView, resource_version, slim_child, slim
 Obj = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, job name)
 ChildKey = tuple[str, str]  # (kind, name)
-# How long an object a fresh read found gone stays superseded when its DELETED never comes (a watch
+# How long an object a fresh read found gone stays vanished when its DELETED never comes (a watch
 # that re-listed meanwhile does not send it): an older event of it still queued in kopf that long
 # after would mean the operator is minutes behind its watch.
-SUPERSEDED_SECONDS = 600.0
+VANISHED_SECONDS = 600.0
 
 
 def _version(obj: Obj) -> int:
@@ -62,11 +62,11 @@ class WatchCache:
     written_at: dict[JobKey, float] = field(default_factory=dict)  # the operator's last status write
     # The uids of the objects whose DELETED the watch delivered since the job's last fresh read: a
     # read under way then may still list them, and must not bring them back.
-    gone: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    deleted: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
     # The uids of the objects a fresh read found gone (a consistent list without them; a uid is
     # never used again) whose DELETED the watch has not delivered yet: a watch that lags may still
     # bring an older state of one, which must not show it again. Each with when it was found gone.
-    superseded: dict[JobKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    vanished: dict[JobKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
 
     def job_seen(self, namespace: str, name: str, body: Obj) -> bool:
         """Keep the newer version of the job; True when it asks for a reconcile: new, a changed
@@ -103,16 +103,16 @@ class WatchCache:
             # A job forgotten (the garbage collector deletes its objects after it) or not seen yet
             # (a watch listed before the jobs' own): its first reconcile reads it in full.
             return None
-        superseded = self.superseded.get(owner)
-        if superseded is not None and kept.uid in superseded:
+        vanished = self.vanished.get(owner)
+        if vanished is not None and kept.uid in vanished:
             if event != "DELETED":
                 return owner  # an older state of an object a fresh read found gone: it stays gone
-            del superseded[kept.uid]
-            if not superseded:
-                del self.superseded[owner]
+            del vanished[kept.uid]
+            if not vanished:
+                del self.vanished[owner]
         if event == "DELETED":
             if kept.uid:
-                self.gone[owner].add(kept.uid)
+                self.deleted[owner].add(kept.uid)
             # Only the object it names: a fresh read may have stored its successor of the same name
             # before the watch delivered this (a late DELETED of the old ctr-ps-0).
             if store[owner].get(key, kept).uid == kept.uid:
@@ -127,7 +127,7 @@ class WatchCache:
 
     def forget(self, key: JobKey) -> None:
         stores = (self.jobs, self.children, self.pods, self.read_at, self.pods_read_at, self.written_at)
-        for store in (*stores, self.gone, self.superseded):
+        for store in (*stores, self.deleted, self.vanished):
             store.pop(key, None)
 
     def snapshot(self, key: JobKey) -> Snapshot | None:
@@ -150,15 +150,15 @@ class WatchCache:
         `kinds`, or of every kind: None, a full read): add what the watch has not shown yet, drop
         what it last showed before the read began and the read no longer found, and leave out what
         the watch saw deleted meanwhile. A later read begins after every deletion seen so far, so
-        none of them is kept for it. What it dropped stays gone (superseded) until its DELETED, or
-        SUPERSEDED_SECONDS if the watch never sends that.
+        none of them is kept for it. What it dropped stays gone (vanished) until its DELETED, or
+        VANISHED_SECONDS if the watch never sends that.
         Returns the pods it dropped or found replaced, as the watch last showed them: gone, and the
         watch has not said how yet."""
         self.job_seen(*key, job)
         self.pods_read_at[key] = started
         if kinds is None:
             self.read_at[key] = started
-        gone = self.gone.pop(key, set())
+        deleted = self.deleted.pop(key, set())
         slim = {
             (str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c), _uid(c)) for c in children
         }
@@ -166,21 +166,21 @@ class WatchCache:
         def was_read(child: ChildKey) -> bool:
             return kinds is None or child[0] in kinds
 
-        dropped_children = self._merge(self.children, key, slim, started, gone, was_read)
+        dropped_children = self._merge(self.children, key, slim, started, deleted, was_read)
         pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
-        dropped = self._merge(self.pods, key, pods_listed, started, gone, lambda _: True)
-        self._supersede(key, [e.uid for e in [*dropped_children, *dropped] if e.uid], started)
+        dropped = self._merge(self.pods, key, pods_listed, started, deleted, lambda _: True)
+        self._vanish(key, [e.uid for e in [*dropped_children, *dropped] if e.uid], started)
         return [entry.obj for entry in dropped]
 
-    def _supersede(self, key: JobKey, uids: list[str], now: float) -> None:
+    def _vanish(self, key: JobKey, uids: list[str], now: float) -> None:
         """Keep `uids` gone from now on, and let go of those found gone long ago."""
-        held = self.superseded.get(key, {})
-        kept = {uid: at for uid, at in held.items() if now < at + SUPERSEDED_SECONDS}
+        held = self.vanished.get(key, {})
+        kept = {uid: at for uid, at in held.items() if now < at + VANISHED_SECONDS}
         kept.update(dict.fromkeys(uids, now))
         if kept:
-            self.superseded[key] = kept
+            self.vanished[key] = kept
         elif held:
-            del self.superseded[key]
+            del self.vanished[key]
 
     @staticmethod
     def _merge(
@@ -188,7 +188,7 @@ class WatchCache:
         key: JobKey,
         listed: dict[Any, _Entry],
         started: float,
-        gone: set[str],
+        deleted: set[str],
         was_read: Callable[[Any], bool],
     ) -> list[_Entry]:
         """Merge a read into the store; the entries it dropped, or replaced by another object."""
@@ -197,7 +197,7 @@ class WatchCache:
             dropped.append(entries.pop(name))
         for name, entry in listed.items():
             kept = entries.get(name)
-            if entry.uid in gone or (kept is not None and entry.version <= kept.version):
+            if entry.uid in deleted or (kept is not None and entry.version <= kept.version):
                 continue
             if kept is not None and kept.uid != entry.uid:
                 dropped.append(kept)
