@@ -1,2 +1,3 @@
 """The PSTrainingJob API: its models (models.py), the words of its status (vocabulary.py), the labels
-on its children (labels.py) and the CRD generated from the models (crd.py, schemas/)."""
+on its children (labels.py), its children's names (names.py) and the CRD generated from the models
+(crd.py, schemas/)."""

@@ -13,10 +13,10 @@ from datetime import timedelta
 from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
+from psoperator.api.names import child_name
 from psoperator.contract import Role
 from psoperator.managed_fields import folds
 from psoperator.observe.workload import KueueView, WorkloadView, parse_workload
-from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time
 
 Obj = dict[str, Any]
