@@ -190,7 +190,7 @@ def _tf_configs(manifests: list[Any]) -> list[tuple[str, str]]:
 def _crd(args: argparse.Namespace) -> int:
     from psoperator.api import crd
 
-    return crd.main(["--write"] if args.write else [])
+    return crd.main(write=args.write)
 
 
 def _metrics(args: argparse.Namespace) -> int:

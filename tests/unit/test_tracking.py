@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from psoperator.api.crd import MAX_JOB_NAME_LENGTH, openapi_schema
+from psoperator.api.crd import openapi_schema
+from psoperator.api.crd_rules import MAX_JOB_NAME_LENGTH
 from psoperator.api.labels import LABEL_JOB
 from psoperator.api.models import (
     MAX_REPLICAS,

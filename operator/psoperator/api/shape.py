@@ -9,7 +9,7 @@ from typing import Any
 from psoperator.api.models import ContainerResources, PSTrainingJobSpec, Shape
 
 Obj = dict[str, Any]
-RESIZABLE = ("requests", "limits")  # of a PS container's resources (the CRD's rules: api/crd.py)
+RESIZABLE = ("requests", "limits")  # of a PS container's resources (the CRD's rules: api/crd_rules.py)
 
 
 def requested(spec: PSTrainingJobSpec) -> Shape:
