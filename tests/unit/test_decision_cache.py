@@ -17,7 +17,7 @@ from psoperator.metrics.registry import Metrics
 from psoperator.observe.views import parse_pod
 from psoperator.plan.stages import plan_reconcile
 from tests.unit import builders
-from tests.unit.test_handlers import PodsKube, _as_created, _owned
+from tests.unit.test_reconciler import PodsKube, _as_created, _owned
 
 KEY = ("team-a", "ctr")
 

@@ -1,4 +1,5 @@
-"""One reconcile end to end, without a cluster: status, render options and events."""
+"""One reconcile's decision end to end (plan/stages.py, plan_reconcile), without a cluster: status,
+render options and events."""
 
 from __future__ import annotations
 
