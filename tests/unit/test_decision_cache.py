@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -58,13 +59,15 @@ class RunningJob:
         self.state.cache.pod_seen("MODIFIED", pod, parse_pod(pod))
 
     def reconcile(self) -> None:
-        self.state.cache.read_at[KEY] = time.monotonic()  # read fresh lately: the cache decides
+        # Read fresh lately: the cache decides
+        self.state.job(KEY, logging.getLogger("test")).read_at = time.monotonic()
         asyncio.run(reconciler.reconcile_once(self.state, *KEY, logging.getLogger("test")))
 
     def settle(self) -> None:
         """Reconcile until one changes nothing (the job's status is as the plan has it)."""
         for _ in range(5):
-            self.state.cache.written_at.clear()  # no status-write spacing in the way
+            # No status-write spacing in the way
+            self.state.job(KEY, logging.getLogger("test")).written_at = -math.inf
             self.reconcile()
             if self.state.jobs[KEY].settled is not None:
                 return
@@ -110,7 +113,7 @@ def test_a_fresh_read_always_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     job = RunningJob(monkeypatch)
     job.settle()
     plans = len(job.plans)
-    job.state.cache.read_at.clear()
+    job.state.jobs[KEY].read_at = None
     asyncio.run(reconciler.reconcile_once(job.state, *KEY, logging.getLogger("test")))
     assert len(job.plans) == plans + 1
 

@@ -126,7 +126,7 @@ def test_a_loop_that_ends_by_itself_forgets_everything_of_its_job(monkeypatch: p
         """What reconciles left before the job went, then the fresh read that finds it gone."""
         job = state.jobs[key]
         job.in_sync, job.refusals = ("inputs",), chief_client.Refusals("chief-uid", 1, 0.0)
-        state.cache.read_at[key] = state.cache.written_at[key] = 1.0
+        job.read_at = job.written_at = 1.0
         state.metrics.record(*key, JobReading(phase=Phase.RUNNING, step=3))
         return None
 
@@ -145,8 +145,7 @@ def test_a_loop_that_ends_by_itself_forgets_everything_of_its_job(monkeypatch: p
         await asyncio.sleep(0.05)
         assert state.jobs == {} and state.cache.snapshot(key) is None
         cache = state.cache
-        assert key not in cache.pods and key not in cache.children and key not in cache.read_at
-        assert key not in cache.written_at
+        assert key not in cache.pods and key not in cache.children
         series = [
             s for m in state.metrics.registry.collect() for s in m.samples if s.labels.get("psjob") == "ctr"
         ]

@@ -364,7 +364,7 @@ def test_a_child_that_cannot_be_made_is_told_once_and_then_costs_no_reads_or_wri
     assert warnings == [unmade] and kube.reads == reads and len(kube.wire.sent) == sent
     # The job's periodic fresh read tries again (an object in the way without the job label is
     # watched by no one), and tells nothing new.
-    state.cache.read_at.clear()
+    state.jobs[("team-a", "ctr")].read_at = None
     reconcile()
     assert warnings == [unmade] and kube.reads == reads + 1
 
@@ -423,7 +423,7 @@ def test_a_reconcile_about_to_act_reads_its_chief_jobs_fresh_and_keeps_what_it_m
     state.cache.job_seen("team-a", "ctr", job)
     for child in kube.children:
         state.cache.child_seen("ADDED", child)
-    state.cache.read_at[("team-a", "ctr")] = time.monotonic()  # read in full lately
+    state.job(("team-a", "ctr"), logging.getLogger("test")).read_at = time.monotonic()  # read in full lately
 
     def reconcile() -> list[tuple[str, str]]:
         asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
@@ -456,8 +456,11 @@ def test_a_fresh_read_asks_for_the_job_its_pods_and_its_chief_jobs_at_once() -> 
     kube = TogetherKube(job, [])
     state = OperatorState(kube, Metrics())
     state.cache.job_seen("team-a", "ctr", job)
-    seen = asyncio.run(reconciler.read_fresh(state, ("team-a", "ctr"), full=False))
+    job_state = state.job(("team-a", "ctr"), logging.getLogger("test"))
+    seen = asyncio.run(reconciler.read_fresh(state, job_state, ("team-a", "ctr"), full=False))
     assert seen is not None and seen.job == job and kube.listed == ["Job"]
+    # A read of its pods, not the job's full read: that is still due when it was.
+    assert job_state.read_at is None and job_state.pods_read_at > -math.inf
 
 
 def test_a_job_queued_since_the_cache_saw_it_has_its_workloads_read_too() -> None:
@@ -470,7 +473,11 @@ def test_a_job_queued_since_the_cache_saw_it_has_its_workloads_read_too() -> Non
     state = OperatorState(kube, Metrics())
     state.kueue_served = True
     state.cache.job_seen("team-a", "ctr", unqueued)
-    asyncio.run(reconciler.read_fresh(state, ("team-a", "ctr"), full=False))
+    asyncio.run(
+        reconciler.read_fresh(
+            state, state.job(("team-a", "ctr"), logging.getLogger("test")), ("team-a", "ctr"), full=False
+        )
+    )
     assert kube.listed == ["Job", "Workload"]
 
 
@@ -491,9 +498,9 @@ def _reads_of_a_reconcile(kube: OneJobKube, state: OperatorState, last_read_ago:
     """The fresh reads of a reconcile of _pending_job_in_cache's job, last read `last_read_ago`
     seconds ago (None: never)."""
     if last_read_ago is None:
-        state.cache.read_at.pop(("team-a", "ctr"), None)
+        state.job(("team-a", "ctr"), logging.getLogger("test")).read_at = None
     else:
-        state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_ago
+        state.job(("team-a", "ctr"), logging.getLogger("test")).read_at = time.monotonic() - last_read_ago
     before = kube.reads
     asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     return kube.reads - before
@@ -620,7 +627,8 @@ def test_a_restarts_new_chief_job_waits_for_the_old_chief_pod_whatever_the_watch
         state.cache.child_seen("ADDED", child)
     for pod in cached[1]:
         state.cache.pod_seen("ADDED", pod, parse_pod(pod))
-    state.cache.read_at[("team-a", "ctr")] = time.monotonic()  # read fresh lately: the cache decides
+    # Read fresh lately: the cache decides
+    state.job(("team-a", "ctr"), logging.getLogger("test")).read_at = time.monotonic()
     asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     assert ("POST", "/apis/batch/v1/namespaces/team-a/jobs") not in kube.calls
     assert ("DELETE", "/api/v1/namespaces/team-a/pods/ctr-chief-0x") in kube.calls  # asked to stop
@@ -647,7 +655,7 @@ def test_a_new_chief_held_for_an_old_chief_pod_the_watch_never_saw_go_is_made_at
         state.cache.child_seen("ADDED", child)
     for pod in [stopping, *others]:
         state.cache.pod_seen("ADDED", pod, parse_pod(pod))
-    state.cache.read_at[("team-a", "ctr")] = time.monotonic() - last_read_seconds_ago
+    state.job(("team-a", "ctr"), logging.getLogger("test")).read_at = time.monotonic() - last_read_seconds_ago
     asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     created = ("POST", "/apis/batch/v1/namespaces/team-a/jobs") in kube.calls
     assert created == (last_read_seconds_ago > reconciler.DEPARTURE_RECHECK_SECONDS), kube.calls
@@ -687,7 +695,8 @@ def test_a_ps_the_watch_showed_marked_for_preemption_and_a_read_found_gone_count
         state.cache.child_seen("ADDED", child)
     for pod in [marked if p["metadata"]["name"] == "ctr-ps-0" else p for p in pods]:
         state.cache.pod_seen("ADDED", pod, parse_pod(pod))
-    state.cache.read_at[("team-a", "ctr")] = time.monotonic() - 1  # read fresh lately: the cache decides
+    # Read fresh lately: the cache decides
+    state.job(("team-a", "ctr"), logging.getLogger("test")).read_at = time.monotonic() - 1
     asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
     status = kube.job["status"]
     assert (status["restarts"], status["countedRestarts"]) == (1, 0)
@@ -742,7 +751,7 @@ def test_a_chief_whose_termination_message_is_no_valid_report_still_gets_its_ver
     assert (status["phase"], status["lastFailure"]["exitCode"], status["step"]) == ("Failed", 1, 100)
     [warning] = warnings
     assert warning.startswith("InvalidProgressReport: the termination message of pod ctr-chief-0x is ignored")
-    state.cache.read_at.clear()  # read again in full: the same message, told already
+    state.jobs[("team-a", "ctr")].read_at = None  # read again in full: the same message, told already
     reconcile()
     assert len(warnings) == 1
 
@@ -827,7 +836,7 @@ def test_after_a_failed_reconcile_the_jobs_full_read_is_due_at_its_turn_not_at_o
     monkeypatch.setattr(loop, "reconcile_once", failing_once)
     real_timeout = asyncio.timeout
     monkeypatch.setattr(asyncio, "timeout", lambda _delay: real_timeout(0))  # no wait between them
-    state.cache.read_at[key] = time.monotonic()  # read in full lately
+    state.job(key, logging.getLogger("test")).read_at = time.monotonic()  # read in full lately
     state.next_periodic_read = time.monotonic() + 60  # another job's periodic read just went
     state.jobs = _looping(1000)
     asyncio.run(loop.run_job(state, *key, logging.getLogger("test")))

@@ -180,7 +180,7 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
                 log_failure(logger, error, failures)
                 state.metrics.reconciled("error", time.monotonic() - started)
                 plan, wait = None, retry_after(failures)
-                state.cache.read_at[key] = -math.inf  # its full read is due, at its turn
+                job.read_at = -math.inf  # its full read is due, at its turn
             else:
                 if failures:
                     logger.info("reconcile succeeded again after %d failures", failures)

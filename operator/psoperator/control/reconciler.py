@@ -112,7 +112,9 @@ class Decision:
         return not (acts or asks or plan.write_now or self.changes or self.conflicts)
 
 
-async def read_fresh(state: OperatorState, key: JobKey, full: bool = True) -> Snapshot | None:
+async def read_fresh(
+    state: OperatorState, job_state: JobState, key: JobKey, full: bool = True
+) -> Snapshot | None:
     """The job, its pods and its children (`full`; else those of ACT_READ) from the API and into the
     cache, the other children from the cache; None once the job is gone. All at once: whether its
     Workloads are read is told by the job the cache has, and by the one read if that says otherwise."""
@@ -133,7 +135,9 @@ async def read_fresh(state: OperatorState, key: JobKey, full: bool = True) -> Sn
     children = [child for kind in listed for child in kind]
     read = None if full else kinds
     state.remember_vanished(state.cache.read_fresh(key, job, children, pods, started, read))
+    job_state.pods_read_at = started
     if full:
+        job_state.read_at = started
         return Snapshot(job, children, pods)
     cached = state.cache.snapshot(key)
     kept = [c for c in cached.children if c["kind"] not in kinds] if cached is not None else []
@@ -300,29 +304,29 @@ async def reconcile_once(
     new = never_acted_on(seen)  # decided and acted on from the watch alone
     # A job's first read (a new loop: the watches may not have listed its children yet) is not paced;
     # -inf is a full read due at its turn (after a failed reconcile).
-    first = key not in state.cache.read_at
-    last_read = state.cache.read_at.get(key, -math.inf)
+    first = job_state.read_at is None
+    last_read = -math.inf if job_state.read_at is None else job_state.read_at
     due = not first and started - last_read >= state.fresh_read_interval()  # its periodic read
     full = seen is None or (not new and (first or (due and state.may_read_periodically(started))))
     fresh = full or job_state.stale  # a refused status write: the job, at least, is read again
     if fresh:
-        seen = await read_fresh(state, key, full)
+        seen = await read_fresh(state, job_state, key, full)
         job_state.stale = False
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await decide(state, job_state, seen, fresh)
     if decision.stands:
         return decision.plan
-    pods_read = max(last_read, state.cache.pods_read_at.get(key, -math.inf))
+    pods_read = max(last_read, job_state.pods_read_at)
     waited = started - pods_read >= DEPARTURE_RECHECK_SECONDS
     recheck = not fresh and not new and decision.plan.awaits_departure and waited
-    since_write = started - state.cache.written_at.get(key, -math.inf)
+    since_write = started - job_state.written_at
     if decision.quiet and since_write < STATUS_SPACING_SECONDS and not recheck:
         wait = STATUS_SPACING_SECONDS - since_write
         requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
         return replace(decision.plan, requeue_after=requeue)
     if recheck or (not fresh and not new and not decision.quiet):
-        seen = await read_fresh(state, key, full=False)
+        seen = await read_fresh(state, job_state, key, full=False)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None
         decision = await decide(state, job_state, seen, True, decision.report)
@@ -354,7 +358,7 @@ async def act(
         version = job["metadata"]["resourceVersion"]
         written = await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
         state.cache.job_seen(namespace, name, written)
-        state.cache.written_at[(namespace, name)] = time.monotonic()
+        job_state.written_at = time.monotonic()
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
     state.metrics.record(namespace, name, read_job(job, plan, decision.now))

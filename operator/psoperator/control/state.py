@@ -96,6 +96,11 @@ class JobState:
     checkpoint_outcome: CheckpointOutcome | None = None
     # Its last decision if it changed nothing: it stands while nothing it was decided from changes.
     settled: Settled | None = None
+    # When (time.monotonic()) its reconciles last began a full read of it (None: none yet, a new
+    # loop; -inf: one is due, at its turn), began a read of its pods, and wrote its status.
+    read_at: float | None = None
+    pods_read_at: float = -math.inf
+    written_at: float = -math.inf
 
 
 @dataclass

@@ -57,9 +57,6 @@ class WatchCache:
     jobs: dict[JobKey, Obj] = field(default_factory=dict)
     children: dict[JobKey, dict[ChildKey, _Entry]] = field(default_factory=lambda: defaultdict(dict))
     pods: dict[JobKey, dict[str, _Entry]] = field(default_factory=lambda: defaultdict(dict))
-    read_at: dict[JobKey, float] = field(default_factory=dict)  # the last full read of each job
-    pods_read_at: dict[JobKey, float] = field(default_factory=dict)  # the last read of its pods
-    written_at: dict[JobKey, float] = field(default_factory=dict)  # the operator's last status write
     # The uids of the objects whose DELETED the watch delivered since the job's last fresh read: a
     # read under way then may still list them, and must not bring them back.
     deleted: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -126,8 +123,7 @@ class WatchCache:
         return owner
 
     def forget(self, key: JobKey) -> None:
-        stores = (self.jobs, self.children, self.pods, self.read_at, self.pods_read_at, self.written_at)
-        for store in (*stores, self.deleted, self.vanished):
+        for store in (self.jobs, self.children, self.pods, self.deleted, self.vanished):
             store.pop(key, None)
 
     def snapshot(self, key: JobKey) -> Snapshot | None:
@@ -155,9 +151,6 @@ class WatchCache:
         Returns the pods it dropped or found replaced, as the watch last showed them: gone, and the
         watch has not said how yet."""
         self.job_seen(*key, job)
-        self.pods_read_at[key] = started
-        if kinds is None:
-            self.read_at[key] = started
         deleted = self.deleted.pop(key, set())
         slim = {
             (str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c), _uid(c)) for c in children
