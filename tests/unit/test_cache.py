@@ -75,7 +75,7 @@ def test_children_and_pods_come_from_events_and_go_with_deletion() -> None:
     [pod] = snapshot.pods
     assert (pod.phase, pod.version) == ("Failed", 2)  # the latest version, kept as parsed
     cache.forget((NS, "ctr"))
-    assert cache.snapshot((NS, "ctr")) is None and not cache.pods and not cache.children
+    assert cache.snapshot((NS, "ctr")) is None and cache.jobs == {}
 
 
 def test_the_objects_of_a_forgotten_job_leave_nothing_behind_as_the_garbage_collector_deletes_them() -> None:
@@ -100,14 +100,14 @@ def test_the_objects_of_a_forgotten_job_leave_nothing_behind_as_the_garbage_coll
             cache.child_seen("DELETED", child | {"metadata": {**child["metadata"], "uid": child["kind"]}})
             is None
         )
-    assert (cache.deleted, cache.pods, cache.children, cache.vanished) == ({}, {}, {}, {})
+    assert cache.jobs == {}
 
 
 def test_an_object_without_the_job_label_is_not_kept() -> None:
     cache = WatchCache()
     stranger = _pod("other")
     stranger["metadata"]["labels"] = {}
-    assert _seen(cache, "ADDED", stranger) is None and not cache.pods
+    assert _seen(cache, "ADDED", stranger) is None and cache.jobs == {}
 
 
 def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_unseen() -> None:
@@ -185,7 +185,7 @@ def test_a_pod_a_fresh_read_found_gone_is_not_brought_back_by_a_watch_that_lags(
         snapshot = cache.snapshot(key)
         assert snapshot is not None and snapshot.pods == []
     _seen(cache, "DELETED", _pod("ctr-ps-0", "Failed", 10))
-    assert not cache.vanished
+    assert not cache.jobs[key].vanished
 
 
 def test_a_pod_found_gone_whose_deleted_never_comes_is_let_go_at_a_read_long_after() -> None:
@@ -200,13 +200,13 @@ def test_a_pod_found_gone_whose_deleted_never_comes_is_let_go_at_a_read_long_aft
     _seen(cache, "ADDED", _pod("ctr-ps-0", "Pending", 3))
     start = _a_later_time_whose_sum_rounds_down(VANISHED_SECONDS)
     cache.read_fresh(key, _job(1, 2), [], [], start)
-    assert cache.vanished
+    assert cache.jobs[key].vanished
     cache.read_fresh(key, _job(1, 2), [], [], start + VANISHED_SECONDS - 1)
     _seen(cache, "MODIFIED", _pod("ctr-ps-0", "Running", 4))
     snapshot = cache.snapshot(key)
     assert snapshot is not None and snapshot.pods == []
     cache.read_fresh(key, _job(1, 2), [], [], start + VANISHED_SECONDS)
-    assert not cache.vanished
+    assert not cache.jobs[key].vanished
 
 
 def _a_later_time_whose_sum_rounds_down(span: float) -> float:
@@ -253,7 +253,7 @@ def test_the_job_is_kept_without_its_managed_fields() -> None:
     body = _job(1, 3, phase="Running")
     body["metadata"]["managedFields"] = [{"manager": "ps-training-operator", "fieldsV1": {"f:status": {}}}]
     cache.job_seen(NS, "ctr", body)
-    kept = cache.jobs[(NS, "ctr")]
+    kept = cache.jobs[(NS, "ctr")].job
     assert "managedFields" not in kept["metadata"]
     assert kept == {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "managedFields"}}
 
@@ -271,10 +271,10 @@ def test_the_kept_objects_of_two_jobs_share_one_copy_of_their_short_strings() ->
         cache.job_seen(NS, name, body)
         [service] = [json.loads(json.dumps(c)) for c in render_children(body) if c["kind"] == "Service"][:1]
         cache.child_seen("ADDED", service)
-    a, b = cache.jobs[(NS, "a")], cache.jobs[(NS, "b")]
+    a, b = cache.jobs[(NS, "a")].job, cache.jobs[(NS, "b")].job
     assert a["status"]["phase"] is b["status"]["phase"]
     assert all(x is y for x, y in zip(a["spec"], b["spec"], strict=True))  # the keys
-    (sa,), (sb,) = (list(cache.children[(NS, name)].values()) for name in ("a", "b"))
+    (sa,), (sb,) = (list(cache.jobs[(NS, name)].children.values()) for name in ("a", "b"))
     assert sa.obj["metadata"]["labels"][LABEL_JOB] == "a" and sa.obj == slim_child(sa.obj)
     assert all(
         x is y for x, y in zip(sa.obj["metadata"]["labels"], sb.obj["metadata"]["labels"], strict=True)

@@ -125,7 +125,7 @@ def test_a_job_tracked_by_an_earlier_version_is_decided_and_then_settles(
     read as records, as the plan reads them (e2e/test_upgrade caught a reconcile failing on it)."""
     job = RunningJob(monkeypatch)
     job.settle()
-    cached = job.state.cache.jobs[KEY]
+    cached = job.state.cache.jobs[KEY].job
     pods = cached["status"]["tracking"]["pods"]
     cached["status"]["tracking"]["pods"] = {name: f"{entry['uid']}/0/0" for name, entry in pods.items()}
     job.kube.job = cached

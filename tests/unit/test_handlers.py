@@ -144,8 +144,7 @@ def test_a_loop_that_ends_by_itself_forgets_everything_of_its_job(monkeypatch: p
         )
         await asyncio.sleep(0.05)
         assert state.jobs == {} and state.cache.snapshot(key) is None
-        cache = state.cache
-        assert key not in cache.pods and key not in cache.children
+        assert key not in state.cache.jobs
         series = [
             s for m in state.metrics.registry.collect() for s in m.samples if s.labels.get("psjob") == "ctr"
         ]
