@@ -54,9 +54,8 @@ class Config:
     fresh_read_seconds: float = 600.0
     # ...unless the jobs' periodic fresh reads together would pass this many a second: then each
     # job's stretches to fit (1,000 jobs at 0.5: every 2,000 s). Each is 7 requests and a decision.
-    # They go one at a time, this far apart at least, so jobs
-    # that came due together (read together at a start) are read in turn, not in a burst; reading
-    # fresh before acting is not paced.
+    # They go one at a time, this far apart at least, so jobs that came due together (read together
+    # at a start) are read in turn, not in a burst; reading fresh before acting is not paced.
     fresh_reads_per_second: float = 0.5
     progress_port: int = DEFAULT_PROGRESS_PORT
     # The key the chiefs' tokens are derived from; None: no token is sent and no Secret made.
