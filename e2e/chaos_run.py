@@ -1,4 +1,4 @@
-"""The chaos run (issue 12): many small jobs, each driven through a scenario by its own thread, while
+"""The chaos run: many small jobs, each driven through a scenario by its own thread, while
 the active one of two operator replicas is SIGKILLed and restarted and kube-apiserver restarts; a
 sampler watches for two chiefs of one job at once (of two attempts, or of two Jobs), for chief Jobs
 made twice and for twin pods of one chief Job, and records the memory of every operator process and

@@ -150,8 +150,7 @@ class FaultProxy:
     ) -> None:
         async def relay() -> None:
             # Whole events only (one JSON object a line), as an API server ends a watch: a 410
-            # written after half an event made one line of both, which kopf cannot parse (it ended
-            # the operator: CI on 0203c80).
+            # written after half an event would make one line of both, which kopf cannot parse.
             pending = b""
             async for chunk in upstream.content.iter_any():
                 *events, pending = (pending + chunk).split(b"\n")

@@ -1,7 +1,4 @@
-"""Deleting a job needs no running operator: no finalizer holds it, its children go with it.
-
-(Written for issue 10; run with the rest of the e2e suite against the local control plane.)
-"""
+"""Deleting a job needs no running operator: no finalizer holds it, its children go with it."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def test_prometheus_sees_a_job_through_failure_recovery_success_and_deletion(
     print(f"PS OOMKilled -> chief and every PS running again: {recovery:.2f} s (from its whole second)")
     prom.wait_value(f'psoperator_job_phase{{{job}, phase="Running"}}', lambda v: v == 1)
     prom.wait_value(f'psoperator_job_replicas_ready{{{job}, role="ps"}}', lambda v: v == 2)
-    # Once 2 (CI on 7ad7bdc, not reproduced in 8 runs): the status says which failures were counted.
+    # The status, in the message, says which failures were counted.
     status = psjobs.status(k8s, namespace, "ctr")
     assert prom.value(f'psoperator_job_replicas_restarts{{{job}, role="ps"}}') == 1, status
     assert prom.value(f"psoperator_job_counted_restarts{{{job}}}") == 0  # the checkpoint moved: not counted

@@ -1,4 +1,4 @@
-"""Admission-time PS sizing against the real control plane (issue 6)."""
+"""Admission-time PS sizing against the real control plane."""
 
 from __future__ import annotations
 

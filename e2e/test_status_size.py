@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from e2e import psjobs
-from psoperator.api.crd import MAX_JOB_NAME_LENGTH
+from psoperator.api.crd_rules import MAX_JOB_NAME_LENGTH
 from psoperator.api.models import (
     MAX_REPLICAS,
     MAX_WORKERS,

@@ -2,10 +2,10 @@
 
     KUBECONFIG=$(e2e/cluster/cluster.sh up) python -m e2e.bench [--full] [--json bench.json]
 
-Scenarios (sizes: `--full` is the issue's, the default a short run of the same), for up to three
-kinds of the same job (`--kinds`, default all): "ours"; "floor", the same children created by the
-benchmark itself; "tfjob", a TFJob of Kubeflow's training-operator v1 (built on first use, run as a
-process: see peer.py):
+Scenarios (sizes: `--full` those of docs/performance.md, the default a short run of the same), for
+up to three kinds of the same job (`--kinds`, default all): "ours"; "floor", the same children
+created by the benchmark itself; "tfjob", a TFJob of Kubeflow's training-operator v1 (built on first
+use, run as a process: see peer.py):
 - burst: N jobs (1 chief + 2 PS + 4 workers) created at once, create -> all pods Running, every kind
   in each round (the order reversed every other round), in one run;
 - recovery: N jobs Running, one PS failed in each at once: failure -> new chief pod and where the

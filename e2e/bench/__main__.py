@@ -218,7 +218,9 @@ def table(results: dict[str, Any]) -> list[str]:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="the operator's benchmark (see e2e/bench/__init__.py)")
-    parser.add_argument("--full", action="store_true", help="the issue's sizes (long: tens of minutes)")
+    parser.add_argument(
+        "--full", action="store_true", help="docs/performance.md's sizes (long: tens of minutes)"
+    )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
     parser.add_argument("--kinds", default=",".join(KINDS), help="ours and any of floor, tfjob")
     parser.add_argument("--json", type=Path, default=Path("bench.json"))

@@ -25,12 +25,12 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e import psjobs
 from e2e.bench.podwatch import PodWatch
+from psoperator.api.names import child_name
 from psoperator.contract import Role
 from psoperator.kube import Kube
 from psoperator.plan.draft import RECYCLED_PS_GRACE_SECONDS
 from psoperator.plan.stages import OLD_CHIEF_GRACE_SECONDS
 from psoperator.render import RenderOptions, render_children
-from psoperator.render.names import child_name
 
 Obj = dict[str, Any]
 POLL_SECONDS = 0.02  # how often it looks at the watch for failed PS and gone pods

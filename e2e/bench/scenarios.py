@@ -29,7 +29,7 @@ from e2e.bench.podwatch import OURS, PodLabels, PodWatch
 from e2e.bench.progress import ChiefProgress
 from e2e.operator_process import OperatorProcess
 from e2e.util import WaitTimeout, rss_mib, wait_for
-from psoperator.control import polling
+from psoperator.control import chief_client
 from psoperator.control.state import Config
 
 Obj = dict[str, Any]
@@ -308,9 +308,10 @@ def steady(bench: Bench, jobs: int, seconds: float, read_round: bool = False) ->
         with ChiefProgress() as progress:
             addresses = chief_addresses(bench, running.namespace)
             progress.serve(addresses)
-            # A chief that refused is asked again after up to 5 minutes (psoperator.control.polling).
-            wait_for(lambda: progress.asked >= set(addresses), timeout=polling.MAX_WAIT_SECONDS + TIMEOUT,
-                     interval=1.0, message="every chief asked for its progress")  # fmt: skip
+            # A chief that refused is asked again after up to 5 minutes (psoperator.control.chief_client).
+            wait_for(lambda: progress.asked >= set(addresses), interval=1.0,
+                     timeout=chief_client.MAX_WAIT_SECONDS + TIMEOUT,
+                     message="every chief asked for its progress")  # fmt: skip
             training = _window(bench, jobs, seconds, progress)
         restarted = _restarted(bench, jobs, seconds)
         trace_memory(bench, f"{jobs}-jobs-after-a-restart")

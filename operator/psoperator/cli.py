@@ -165,7 +165,7 @@ def _render(args: argparse.Namespace) -> int:
 def _tf_configs(manifests: list[Any]) -> list[tuple[str, str]]:
     """Each pod's TF_CONFIG, as the kubelet expands it or the runtime composes it from the ConfigMap."""
     from psoperator import contract
-    from psoperator.render.names import TF_CONFIG_FILE
+    from psoperator.api.names import TF_CONFIG_FILE
     from psoperator.render.tfconfig import INDEX_REFERENCE
 
     files = [m["data"][TF_CONFIG_FILE] for m in manifests if m["kind"] == "ConfigMap"]
@@ -190,7 +190,7 @@ def _tf_configs(manifests: list[Any]) -> list[tuple[str, str]]:
 def _crd(args: argparse.Namespace) -> int:
     from psoperator.api import crd
 
-    return crd.main(["--write"] if args.write else [])
+    return crd.main(write=args.write)
 
 
 def _metrics(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ At start-up, kopf is configured (no finalizer, the children's watches filtered t
 lists a page at a time) and the operator waits for its CRD to be served; with leader election, the
 elector starts the jobs' loops when this replica takes the Lease (the process exits when it loses
 it). The watch handlers keep the watch cache (observe/cache.py) and start, wake or stop a job's
-loop (control/loop.py), which reconciles it (control/protocol.py).
+loop (control/loop.py), which reconciles it (control/reconciler.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import kopf
 
 from psoperator import GROUP, PLURAL, VERSION
 from psoperator.api.labels import LABEL_JOB
-from psoperator.control import heap, polling
+from psoperator.control import chief_client, memory_trim
 from psoperator.control.leader import Elector
 from psoperator.control.loop import lead, start_loop, stop_loop, stop_loops, wake
 from psoperator.control.state import OperatorState
@@ -78,19 +78,18 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.watching.server_timeout = 300
     # kopf lists each watched kind before it watches, and hands every listed object to a worker of
     # its own that keeps the object whole until it has handled it, then idles for idle_timeout (5 s
-    # by default) before it goes. Listed all at once, a restart with 1,000 jobs held every pod, child
-    # and job whole at the same time: RSS peaked at 620-640 MiB and stayed near 590 (the chart's
-    # limit is 512 MiB). Listed a page at a time, the next page comes only after the handlers had a
-    # turn: the same restart peaks at 290-345 MiB. The idle workers of 15,000 objects listed within
-    # 5 s still made the interpreter's high-water mark, which it keeps for good (its small-object
-    # arenas): gone after WORKER_IDLE_SECONDS, a restart on 1,000 jobs peaked 40 MiB lower (README).
+    # by default) before it goes. Listed a page at a time, the next page comes only after the
+    # handlers had a turn, so a restart on many jobs never holds every pod, child and job whole at
+    # once; idle workers go after WORKER_IDLE_SECONDS, so the objects they held do not raise the
+    # interpreter's high-water mark, which it keeps for good (its small-object arenas). A restart's
+    # peak RSS: docs/performance.md, Steady.
     settings.watching.chunk_size = LIST_PAGE
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     settings.networking.request_timeout = _state(memo).kube.timeout
     for resource in (PODS, *CHILDREN):
         settings.watching.label_selectors[resource] = LABEL_JOB
     state = _state(memo)
-    state.session = polling.chief_session()
+    state.session = chief_client.chief_session()
     # The API calls' threads (kube.in_thread); kopf runs its sync handlers in an executor of its own.
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(API_CONCURRENCY, thread_name_prefix="kube")
@@ -102,7 +101,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
         state.elector = Elector(lease, state.election, lead=lambda: loop.call_soon_threadsafe(lead, state))
         state.kube.may_write = state.elector.holds  # no write once this replica may have lost the Lease
         state.elector.start()
-    state.heap_task = asyncio.create_task(heap.trim_every(), name="heap-trim")
+    state.trim_task = asyncio.create_task(memory_trim.trim_every(), name="memory-trim")
 
 
 @kopf.on.startup(id="crd-served")
@@ -126,10 +125,10 @@ async def wait_for_the_crd(memo: Any, logger: Any, **_: Any) -> None:
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     state = _state(memo)
-    if state.heap_task is not None:
-        state.heap_task.cancel()
+    if state.trim_task is not None:
+        state.trim_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await state.heap_task
+            await state.trim_task
     await stop_loops(state)
     if state.elector is not None:
         await state.elector.stop()  # writes nothing more, then frees the Lease

@@ -1,4 +1,4 @@
-"""A checkpoint saved with 2 parameter servers restores exactly into 3 and into 1 (issue 23, live resize).
+"""A checkpoint saved with 2 parameter servers restores exactly into 3 and into 1 (live resize).
 
 Real TensorFlow processes in private networks, as in test_training.py, but each cluster here is
 this module's own: 2 PS (and one worker) train and save, then 3 PS and 1 PS restore. The
@@ -185,7 +185,7 @@ def test_another_vocabulary_is_refused_with_exit_2_and_the_reason(
 def test_a_worker_told_of_2_ps_runs_the_steps_of_a_chief_of_3(
     three_ps: LocalCluster, saved: Path, tmp_path: Path
 ) -> None:
-    """Issue 23: the coordinator's cluster definition wins over the worker's own TF_CONFIG."""
+    """The coordinator's cluster definition wins over the worker's own TF_CONFIG."""
     checkpoints = shutil.copytree(saved, tmp_path / "ckpt")
     more = STEPS + 20
     three_ps.rerender(job(checkpoints, 3, steps=more))

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from psoperator.api.labels import LABEL_JOB
-from psoperator.observe.cache import SUPERSEDED_SECONDS, WatchCache
+from psoperator.observe.cache import VANISHED_SECONDS, WatchCache
 from psoperator.observe.views import parse_pod, slim_child
 from psoperator.render import render_children
 from tests.unit.builders import NS, job
@@ -75,13 +75,12 @@ def test_children_and_pods_come_from_events_and_go_with_deletion() -> None:
     [pod] = snapshot.pods
     assert (pod.phase, pod.version) == ("Failed", 2)  # the latest version, kept as parsed
     cache.forget((NS, "ctr"))
-    assert cache.snapshot((NS, "ctr")) is None and not cache.pods and not cache.children
+    assert cache.snapshot((NS, "ctr")) is None and cache.jobs == {}
 
 
 def test_the_objects_of_a_forgotten_job_leave_nothing_behind_as_the_garbage_collector_deletes_them() -> None:
     """After its job is forgotten, the garbage collector marks each pod and child deleting, then
-    deletes it: none of their events keeps anything (a uid in `gone` for each, forever, before) or
-    wakes a loop."""
+    deletes it: none of their events keeps anything (not even its uid) or wakes a loop."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
@@ -101,14 +100,14 @@ def test_the_objects_of_a_forgotten_job_leave_nothing_behind_as_the_garbage_coll
             cache.child_seen("DELETED", child | {"metadata": {**child["metadata"], "uid": child["kind"]}})
             is None
         )
-    assert (cache.gone, cache.pods, cache.children, cache.superseded) == ({}, {}, {}, {})
+    assert cache.jobs == {}
 
 
 def test_an_object_without_the_job_label_is_not_kept() -> None:
     cache = WatchCache()
     stranger = _pod("other")
     stranger["metadata"]["labels"] = {}
-    assert _seen(cache, "ADDED", stranger) is None and not cache.pods
+    assert _seen(cache, "ADDED", stranger) is None and cache.jobs == {}
 
 
 def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_unseen() -> None:
@@ -126,12 +125,11 @@ def test_a_fresh_read_adds_what_the_watch_has_not_shown_and_drops_what_vanished_
     phases = {p.name: p.phase for p in snapshot.pods}
     # ctr-ps-0: the watch's version is newer than the listed one, and is kept.
     assert phases == {"ctr-ps-0": "Running", "after-the-read-began": "Running", "not-watched-yet": "Running"}
-    assert cache.read_at[key] == started
 
 
 def test_a_fresh_read_returns_the_pods_it_found_gone_as_the_watch_last_showed_them() -> None:
     """Gone (or replaced under its name) while the watch has not said how: its last watched state
-    is what the reconcile will go by if the watch stays silent (control/protocol.py observe)."""
+    is what the reconcile will go by if the watch stays silent (control/reconciler.py observe)."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
@@ -187,28 +185,28 @@ def test_a_pod_a_fresh_read_found_gone_is_not_brought_back_by_a_watch_that_lags(
         snapshot = cache.snapshot(key)
         assert snapshot is not None and snapshot.pods == []
     _seen(cache, "DELETED", _pod("ctr-ps-0", "Failed", 10))
-    assert not cache.superseded
+    assert not cache.jobs[key].vanished
 
 
 def test_a_pod_found_gone_whose_deleted_never_comes_is_let_go_at_a_read_long_after() -> None:
     """A watch that re-listed across a pod's deletion never sends its DELETED: the uid it left
-    superseded is let go at the first fresh read SUPERSEDED_SECONDS later, not kept for the job's
+    vanished is let go at the first fresh read VANISHED_SECONDS later, not kept for the job's
     lifetime; a read before then keeps it, so a lagging event still cannot show the pod again.
-    The read comes at a time where `(start + SUPERSEDED_SECONDS) - start` rounds below
-    SUPERSEDED_SECONDS, as it does at some times of a clock that has run long enough."""
+    The read comes at a time where `(start + VANISHED_SECONDS) - start` rounds below
+    VANISHED_SECONDS, as it does at some times of a clock that has run long enough."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
     _seen(cache, "ADDED", _pod("ctr-ps-0", "Pending", 3))
-    start = _a_later_time_whose_sum_rounds_down(SUPERSEDED_SECONDS)
+    start = _a_later_time_whose_sum_rounds_down(VANISHED_SECONDS)
     cache.read_fresh(key, _job(1, 2), [], [], start)
-    assert cache.superseded
-    cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS - 1)
+    assert cache.jobs[key].vanished
+    cache.read_fresh(key, _job(1, 2), [], [], start + VANISHED_SECONDS - 1)
     _seen(cache, "MODIFIED", _pod("ctr-ps-0", "Running", 4))
     snapshot = cache.snapshot(key)
     assert snapshot is not None and snapshot.pods == []
-    cache.read_fresh(key, _job(1, 2), [], [], start + SUPERSEDED_SECONDS)
-    assert not cache.superseded
+    cache.read_fresh(key, _job(1, 2), [], [], start + VANISHED_SECONDS)
+    assert not cache.jobs[key].vanished
 
 
 def _a_later_time_whose_sum_rounds_down(span: float) -> float:
@@ -255,14 +253,14 @@ def test_the_job_is_kept_without_its_managed_fields() -> None:
     body = _job(1, 3, phase="Running")
     body["metadata"]["managedFields"] = [{"manager": "ps-training-operator", "fieldsV1": {"f:status": {}}}]
     cache.job_seen(NS, "ctr", body)
-    kept = cache.jobs[(NS, "ctr")]
+    kept = cache.jobs[(NS, "ctr")].job
     assert "managedFields" not in kept["metadata"]
     assert kept == {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "managedFields"}}
 
 
 def test_the_kept_objects_of_two_jobs_share_one_copy_of_their_short_strings() -> None:
     """Each watch event is parsed anew, so each job's objects come with their own copies of the same
-    keys, labels and kinds; the cache keeps one copy of each (1,000 jobs: about 23 MiB less)."""
+    keys, labels and kinds; the cache keeps one copy of each."""
     cache = WatchCache()
     bodies = {}
     for name in ("a", "b"):
@@ -273,10 +271,10 @@ def test_the_kept_objects_of_two_jobs_share_one_copy_of_their_short_strings() ->
         cache.job_seen(NS, name, body)
         [service] = [json.loads(json.dumps(c)) for c in render_children(body) if c["kind"] == "Service"][:1]
         cache.child_seen("ADDED", service)
-    a, b = cache.jobs[(NS, "a")], cache.jobs[(NS, "b")]
+    a, b = cache.jobs[(NS, "a")].job, cache.jobs[(NS, "b")].job
     assert a["status"]["phase"] is b["status"]["phase"]
     assert all(x is y for x, y in zip(a["spec"], b["spec"], strict=True))  # the keys
-    (sa,), (sb,) = (list(cache.children[(NS, name)].values()) for name in ("a", "b"))
+    (sa,), (sb,) = (list(cache.jobs[(NS, name)].children.values()) for name in ("a", "b"))
     assert sa.obj["metadata"]["labels"][LABEL_JOB] == "a" and sa.obj == slim_child(sa.obj)
     assert all(
         x is y for x, y in zip(sa.obj["metadata"]["labels"], sb.obj["metadata"]["labels"], strict=True)
@@ -285,9 +283,8 @@ def test_the_kept_objects_of_two_jobs_share_one_copy_of_their_short_strings() ->
 
 
 def test_a_read_of_some_kinds_drops_only_what_it_read_and_is_not_the_jobs_full_read() -> None:
-    """The read before acting lists the job's pods and chief Jobs (control/protocol.py ACT_READ):
-    a chief Job it no longer found goes; a Service it did not read stays, and the job's next full
-    read is still due when it was."""
+    """The read before acting lists the job's pods and chief Jobs (control/reconciler.py ACT_READ):
+    a chief Job it no longer found goes; a Service it did not read stays."""
     cache = WatchCache()
     key = (NS, "ctr")
     cache.job_seen(NS, "ctr", _job(1, 1))
@@ -299,7 +296,6 @@ def test_a_read_of_some_kinds_drops_only_what_it_read_and_is_not_the_jobs_full_r
     assert snapshot is not None
     kept = {(c["kind"], c["metadata"]["name"]) for c in snapshot.children}
     assert kept == {(c["kind"], c["metadata"]["name"]) for c in children if c["kind"] != "Job"}
-    assert key not in cache.read_at and key in cache.pods_read_at
 
 
 def test_a_late_watch_event_does_not_replace_the_operators_own_write() -> None:

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-from psoperator.api import crd
+from psoperator.api import crd, crd_rules, crd_schema
 from psoperator.api.schemas import extract
 
 ROOT = Path(__file__).resolve().parents[2]
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-REGENERATE = "regenerate with `python -m psoperator.api.crd --write` and commit both files"
+REGENERATE = "regenerate with `psoperator crd --write` and commit both files"
 
 # Keys a structural schema node may carry (apiextensions.k8s.io/v1 JSONSchemaProps we use).
 ALLOWED_KEYS = {
@@ -148,7 +148,7 @@ def test_no_refs_or_nullables_left() -> None:
     text = json.dumps(openapi())
     assert "$ref" not in text
     assert "nullable" not in text
-    assert crd.UPSTREAM_MARKER not in text
+    assert crd_schema.UPSTREAM_MARKER not in text
     assert '"title"' not in text
 
 
@@ -247,7 +247,7 @@ def test_printer_columns_point_at_status_fields() -> None:
 
 
 def test_every_rule_message_names_its_field() -> None:
-    for path, rules in crd.VALIDATIONS.items():
+    for path, rules in crd_rules.VALIDATIONS.items():
         field = ".".join(p for p in path if p != "items")
         for rule in rules:
             named = field + (rule.field_path or "")
@@ -276,7 +276,7 @@ def test_the_ps_template_allows_only_its_containers_resources_to_change() -> Non
     assert {r["fieldPath"] for r in pod["x-kubernetes-validations"]} == {
         f".{name}" for name in pod["properties"] if name != "containers"
     }
-    assert pod["properties"]["containers"]["maxItems"] == crd.MAX_CONTAINERS
+    assert pod["properties"]["containers"]["maxItems"] == crd_rules.MAX_CONTAINERS
 
 
 def test_size_is_well_under_the_etcd_and_annotation_limits() -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from e2e.bad_input import CATALOGUE, REMOVE, BadInput, manifest, set_path
 from psoperator import contract
-from psoperator.api import crd
+from psoperator.api import crd, crd_rules
 
 try:
     import celpy
@@ -166,7 +166,7 @@ def test_checkpoint_dir_forms_that_are_accepted(directory: str) -> None:
 
 
 def test_the_longest_job_name_is_accepted() -> None:
-    assert validate(set_path(job(), "metadata.name", "a" * crd.MAX_JOB_NAME_LENGTH)) == []
+    assert validate(set_path(job(), "metadata.name", "a" * crd_rules.MAX_JOB_NAME_LENGTH)) == []
 
 
 def test_an_image_set_at_creation_cannot_be_removed() -> None:
@@ -233,7 +233,7 @@ def _with_trainer(role: str, **fields: Any) -> dict[str, Any]:
     return job(**{role: {"template": {"spec": {"containers": [trainer]}}}})
 
 
-@pytest.mark.parametrize("role", crd.ROLES)
+@pytest.mark.parametrize("role", crd_rules.ROLES)
 @pytest.mark.parametrize("name", [*contract.INJECTED_ENV, "PSOP_NOT_YET_INJECTED"])
 def test_every_variable_the_operator_sets_is_refused_in_every_role(role: str, name: str) -> None:
     """Each variable the renderer injects is reserved (TF_CONFIG, or the PSOP_ prefix), and so is a
@@ -242,7 +242,7 @@ def test_every_variable_the_operator_sets_is_refused_in_every_role(role: str, na
     assert fields(validate(obj)) == [f"spec.{role}.template.spec.containers[0].env[0]"]
 
 
-@pytest.mark.parametrize("role", crd.ROLES)
+@pytest.mark.parametrize("role", crd_rules.ROLES)
 @pytest.mark.parametrize("name", contract.INJECTED_PORT_NAMES)
 def test_every_port_name_the_operator_declares_is_refused_in_every_role(role: str, name: str) -> None:
     obj = _with_trainer(role, ports=[{"name": name, "containerPort": 9999}])

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from psoperator import GROUP
 from psoperator.api.labels import ANNOTATION_HASH, LABEL_ATTEMPT
-from psoperator.control.polling import NotServing, fetch_progress
+from psoperator.control.chief_client import NotServing, fetch_progress
 from psoperator.kube import FOLD_TRIES, Kube, StaleJob, api_failure, resource_of
 from psoperator.managed_fields import folded
 from psoperator.observe.views import parse_pod, slim_child

@@ -87,7 +87,7 @@ def _a_job_lifetime(metrics: Metrics, name: str) -> None:
         current = {**current, "status": plan.status}
 
 
-def test_a_job_lifetime_reads_as_the_issue_asks() -> None:
+def test_a_job_lifetime_reads_in_the_metrics() -> None:
     metrics = Metrics(clock=lambda: NOW.timestamp())
     _a_job_lifetime(metrics, "ctr")
     job_labels = {"namespace": "team-a", "psjob": "ctr"}

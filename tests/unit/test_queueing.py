@@ -1,4 +1,4 @@
-"""Queueing with Kueue (policies/queueing.py, plan/queue.py): whole reconciles of a labelled job
+"""Queueing with Kueue (policies/queueing.py, plan/kueue_admission.py): whole reconciles of a labelled job
 against the Workload as Kueue leaves it."""
 
 from __future__ import annotations

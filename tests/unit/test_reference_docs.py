@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from psoperator import cli
-from psoperator.api import crd
+from psoperator.api import crd, crd_rules
 from psoperator.api.models import FailurePolicy
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.reference import ROOT, api_fields, chart_values, commands, reasons
@@ -58,7 +58,7 @@ def test_the_api_reference_row_shows_the_models_default_bounds_and_rules() -> No
     assert row.default == f"`{field.default}`"
     assert "0 to 10000" in row.description
     checkpoint = next(s for s in api_fields.sections() if s.path == "spec.checkpoint")
-    rule = next(r for r in crd.VALIDATIONS[("spec", "checkpoint", "dir")])
+    rule = next(r for r in crd_rules.VALIDATIONS[("spec", "checkpoint", "dir")])
     assert rule.message in next(r for r in checkpoint.rows if r.name == "`dir`").description
 
 

@@ -7,10 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 from psoperator.api.models import PSTrainingJobSpec, Shape
+from psoperator.api.shape import requested, running, with_shape
 from psoperator.contract import CheckpointAnswer
 from psoperator.plan.draft import ReconcilePlan
 from psoperator.plan.stages import plan_reconcile
-from psoperator.policies import resize
 from psoperator.policies.planned_stop import CheckpointOutcome, StopCause
 from psoperator.render import render_children
 from tests.unit.builders import (
@@ -195,7 +195,7 @@ def test_the_requested_shape_has_the_ps_containers_requests_and_limits_as_string
     containers = obj["spec"]["ps"]["template"]["spec"]["containers"]
     containers[0]["resources"] = {"requests": {"memory": "8Gi", "cpu": 2}, "claims": [{"name": "gpu"}]}
     containers.append({"name": "proxy"})  # sets none: not in the shape
-    shape = resize.requested(_spec(obj))
+    shape = requested(_spec(obj))
     assert shape.model_dump(by_alias=True, exclude_none=True) == {
         "ps": 2,
         "workers": 2,
@@ -207,8 +207,8 @@ def test_with_shape_gives_the_ps_template_the_shape_s_resources_and_keeps_the_re
     obj = _running(memory="16Gi")
     obj["spec"]["ps"]["template"]["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     obj["spec"]["ps"]["template"]["spec"]["containers"][0]["args"] = ["--ps"]
-    running = resize.with_shape(_spec(obj), Shape.model_validate(_shape(memory="8Gi")))
-    [trainer] = running.ps.template["spec"]["containers"]
+    as_run = with_shape(_spec(obj), Shape.model_validate(_shape(memory="8Gi")))
+    [trainer] = as_run.ps.template["spec"]["containers"]
     assert trainer == {
         "name": "trainer",
         "args": ["--ps"],
@@ -220,8 +220,8 @@ def test_with_shape_gives_the_ps_template_the_shape_s_resources_and_keeps_the_re
 
 
 def test_with_shape_removes_resources_the_running_shape_did_not_have() -> None:
-    running = resize.with_shape(_spec(_running(memory="16Gi")), Shape.model_validate(_shape()))
-    assert running.ps.template["spec"]["containers"] == [{"name": "trainer"}]
+    as_run = with_shape(_spec(_running(memory="16Gi")), Shape.model_validate(_shape()))
+    assert as_run.ps.template["spec"]["containers"] == [{"name": "trainer"}]
 
 
 def test_a_shape_an_earlier_operator_wrote_takes_the_spec_s_resources() -> None:
@@ -229,8 +229,8 @@ def test_a_shape_an_earlier_operator_wrote_takes_the_spec_s_resources() -> None:
     old = Shape.model_validate({"ps": 2, "workers": 2})
     assert old.ps_resources is None
     spec = _spec(_running(memory="8Gi"))
-    assert resize.running(old, spec) == resize.requested(spec)
-    assert resize.running(None, spec) == resize.requested(spec)
+    assert running(old, spec) == requested(spec)
+    assert running(None, spec) == requested(spec)
 
 
 def test_a_shape_says_the_ps_memory() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from psoperator.api.crd import MAX_JOB_NAME_LENGTH, openapi_schema
+from psoperator.api.crd import openapi_schema
+from psoperator.api.crd_rules import MAX_JOB_NAME_LENGTH
 from psoperator.api.labels import LABEL_JOB
 from psoperator.api.models import (
     MAX_REPLICAS,
@@ -149,9 +150,9 @@ def _size(status: dict[str, Any]) -> int:
 
 
 def test_the_status_of_a_job_at_the_crds_limits_takes_a_third_of_what_etcd_takes() -> None:
-    """Every pod of the job is tracked. As a map of records by pod name that took 1.4 MiB (and as
-    many entries in managedFields, another MiB): every status write failed, and the job, whose
-    status is written before it acts, never acted. Stored as rows it is under a third of etcd's
+    """Every pod of the job is tracked. As a map of records by pod name it would take 1.4 MiB (and
+    as many entries in managedFields, another MiB): every status write would fail, and the job,
+    whose status is written before it acts, would never act. Stored as rows it is under a third of etcd's
     limit, and the next reconcile reads the same records back: nothing failed, nothing new to track."""
     big, pods = _at_the_crds_limits()
     chief = _named(chief_job(0), LONG_NAME)
@@ -166,7 +167,7 @@ def test_the_status_of_a_job_at_the_crds_limits_takes_a_third_of_what_etcd_takes
 def test_at_the_most_a_status_holds_at_the_crds_limits_it_takes_under_two_thirds() -> None:
     """The most a status holds at the CRD's limits: every worker tracked and unable to start (a
     wrong image: a start error each, told), every parameter server recycled by a restart and named
-    by the planned stop before it, the longest messages. Before the rows that was 3.0 MiB."""
+    by the planned stop before it, the longest messages."""
     ps = [f"{LONG_NAME}-ps-{i}" for i in range(MAX_REPLICAS)]
     workers = {f"{LONG_NAME}-worker-{i}": str(uuid.uuid4()) for i in range(MAX_WORKERS)}
     recycled = {name: str(uuid.uuid4()) for name in ps}

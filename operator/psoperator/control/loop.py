@@ -1,6 +1,6 @@
 """One loop per job, and its pace.
 
-A job's loop reconciles it (control/protocol.py) on start (including after an operator restart),
+A job's loop reconciles it (control/reconciler.py) on start (including after an operator restart),
 when the watches wake it (its spec or one of its children changed; not its status: the operator
 writes it), and on a timer for progress, deadlines and TTLs: finished and suspended jobs rarely,
 every timer jittered, all of them stretched when the jobs together would pass `resyncs_per_second`.
@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from psoperator.api.vocabulary import FINISHED_PHASES, Phase
-from psoperator.control.protocol import reconcile_once
+from psoperator.control.reconciler import reconcile_once
 from psoperator.control.state import OperatorState
 from psoperator.kube import StaleJob, api_failure
 from psoperator.observe.cache import JobKey
@@ -180,7 +180,7 @@ async def run_job(state: OperatorState, namespace: str, name: str, logger: Any) 
                 log_failure(logger, error, failures)
                 state.metrics.reconciled("error", time.monotonic() - started)
                 plan, wait = None, retry_after(failures)
-                state.cache.read_at[key] = -math.inf  # its full read is due, at its turn
+                job.read_at = -math.inf  # its full read is due, at its turn
             else:
                 if failures:
                     logger.info("reconcile succeeded again after %d failures", failures)

@@ -19,10 +19,10 @@ from typing import Any
 import aiohttp
 
 from psoperator.contract import DEFAULT_PROGRESS_PORT, RejectedReport
+from psoperator.control.chief_client import Refusals
 from psoperator.control.chief_key import ChiefKey
+from psoperator.control.decision_cache import Settled
 from psoperator.control.leader import Election, Elector
-from psoperator.control.polling import Refusals
-from psoperator.control.settled import Settled
 from psoperator.faults import Fault
 from psoperator.kube import Kube
 from psoperator.metrics.registry import Metrics
@@ -53,10 +53,9 @@ class Config:
     # The longest a job goes without a fresh read of its children (see observe/cache.py)...
     fresh_read_seconds: float = 600.0
     # ...unless the jobs' periodic fresh reads together would pass this many a second: then each
-    # job's stretches to fit (1,000 jobs at 0.5: every 2,000 s). Each is 7 requests and a decision
-    # (about 30 ms of CPU at 1,000 jobs). They go one at a time, this far apart at least, so jobs
-    # that came due together (read together at a start) are read in turn, not in a burst; reading
-    # fresh before acting is not paced.
+    # job's stretches to fit (1,000 jobs at 0.5: every 2,000 s). Each is 7 requests and a decision.
+    # They go one at a time, this far apart at least, so jobs that came due together (read together
+    # at a start) are read in turn, not in a burst; reading fresh before acting is not paced.
     fresh_reads_per_second: float = 0.5
     progress_port: int = DEFAULT_PROGRESS_PORT
     # The key the chiefs' tokens are derived from; None: no token is sent and no Secret made.
@@ -79,7 +78,7 @@ class JobState:
     loop: asyncio.Task[None] | None = None
     wakeup: asyncio.Event | None = None  # set by the watches to reconcile now
     idle: bool = False  # the last reconcile found it finished or suspended
-    # The inputs with which its children were last found as rendered (control/protocol.py), or as
+    # The inputs with which its children were last found as rendered (control/reconciler.py), or as
     # near as they can be: what is left conflicts or was refused, and was told.
     in_sync: tuple[Any, ...] | None = None
     # The NameConflict and ChildRejected warnings its last changes told, by child ("Kind/name"), as
@@ -96,6 +95,11 @@ class JobState:
     checkpoint_outcome: CheckpointOutcome | None = None
     # Its last decision if it changed nothing: it stands while nothing it was decided from changes.
     settled: Settled | None = None
+    # When (time.monotonic()) its reconciles last began a full read of it (None: none yet, a new
+    # loop; -inf: one is due, at its turn), began a read of its pods, and wrote its status.
+    read_at: float | None = None
+    pods_read_at: float = -math.inf
+    written_at: float = -math.inf
 
 
 @dataclass
@@ -108,7 +112,7 @@ class OperatorState:
     # With leader election (several replicas), only the Lease's holder runs the jobs' loops.
     election: Election | None = None
     elector: Elector | None = None
-    heap_task: asyncio.Task[None] | None = None  # control/heap.py
+    trim_task: asyncio.Task[None] | None = None  # control/memory_trim.py
     # The context every loop runs in: a copy of the first job handler's, where kopf keeps its event
     # posting (the operator's one queue; a loop without it fails at its first event). Not each job
     # handler's own: that holds the event's whole job for as long as the loop runs.

@@ -5,7 +5,7 @@ the children and pods that carry a job's label; the event handlers keep the late
 here, so a reconcile lists nothing. The operator's own creates and patches are kept as the API
 server answered them, before their watch events arrive. A reconcile that is about to act (create,
 patch or delete a child, delete a pod, restart the chief, emit an event) reads the job, its pods and
-its chief Jobs fresh from the API and decides again (control/protocol.py): the watch may lag the API
+its chief Jobs fresh from the API and decides again (control/reconciler.py): the watch may lag the API
 server by a few events, and the restart counter and the chief's attempt must be read where they were
 last written, or a restart could be made twice. Now and then a full read (every kind of child) also
 adds what the watch has not delivered and drops what vanished unseen (a watch that restarted after
@@ -16,7 +16,6 @@ waiting for pods to go reads them fresh now and then too.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +26,10 @@ from psoperator.observe.views import PodView, resource_version, slim_child, slim
 Obj = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, job name)
 ChildKey = tuple[str, str]  # (kind, name)
-# How long an object a fresh read found gone stays superseded when its DELETED never comes (a watch
+# How long an object a fresh read found gone stays vanished when its DELETED never comes (a watch
 # that re-listed meanwhile does not send it): an older event of it still queued in kopf that long
 # after would mean the operator is minutes behind its watch.
-SUPERSEDED_SECONDS = 600.0
+VANISHED_SECONDS = 600.0
 
 
 def _version(obj: Obj) -> int:
@@ -53,29 +52,37 @@ class Snapshot:
 
 
 @dataclass
-class WatchCache:
-    jobs: dict[JobKey, Obj] = field(default_factory=dict)
-    children: dict[JobKey, dict[ChildKey, _Entry]] = field(default_factory=lambda: defaultdict(dict))
-    pods: dict[JobKey, dict[str, _Entry]] = field(default_factory=lambda: defaultdict(dict))
-    read_at: dict[JobKey, float] = field(default_factory=dict)  # the last full read of each job
-    pods_read_at: dict[JobKey, float] = field(default_factory=dict)  # the last read of its pods
-    written_at: dict[JobKey, float] = field(default_factory=dict)  # the operator's last status write
+class _Cached:
+    """What the watches have shown of one job: the job, its children and its pods."""
+
+    job: Obj
+    children: dict[ChildKey, _Entry] = field(default_factory=dict)
+    pods: dict[str, _Entry] = field(default_factory=dict)
     # The uids of the objects whose DELETED the watch delivered since the job's last fresh read: a
     # read under way then may still list them, and must not bring them back.
-    gone: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    deleted: set[str] = field(default_factory=set)
     # The uids of the objects a fresh read found gone (a consistent list without them; a uid is
     # never used again) whose DELETED the watch has not delivered yet: a watch that lags may still
     # bring an older state of one, which must not show it again. Each with when it was found gone.
-    superseded: dict[JobKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    vanished: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class WatchCache:
+    jobs: dict[JobKey, _Cached] = field(default_factory=dict)
 
     def job_seen(self, namespace: str, name: str, body: Obj) -> bool:
         """Keep the newer version of the job; True when it asks for a reconcile: new, a changed
         spec (generation) or being deleted. Its status, which the operator writes, does not."""
         key = (namespace, name)
-        old = self.jobs.get(key)
+        cached = self.jobs.get(key)
+        old = cached.job if cached is not None else None
         if old is not None and _version(body) and _version(body) < _version(old):
             return False  # the echo of a write whose response is stored already
-        self.jobs[key] = slim_job(body)
+        if cached is None:
+            self.jobs[key] = _Cached(slim_job(body))
+        else:
+            cached.job = slim_job(body)
         meta, before = body.get("metadata", {}), (old or {}).get("metadata", {})
         return (
             old is None or meta.get("generation") != before.get("generation") or "deletionTimestamp" in meta
@@ -84,58 +91,58 @@ class WatchCache:
     def child_seen(self, event: str | None, body: Obj) -> JobKey | None:
         key = (str(body.get("kind")), _name(body))
         kept = _Entry(slim_child(body), time.monotonic(), _version(body), _uid(body))
-        return self._seen(self.children, event, body, key, kept)
+        return self._seen(lambda cached: cached.children, event, body, key, kept)
 
     def pod_seen(self, event: str | None, body: Obj, view: PodView) -> JobKey | None:
         """The pod `body`, as parsed (`view`: observe.parse_pod) by the watch's handler."""
         kept = _Entry(view, time.monotonic(), view.version, view.uid)
-        return self._seen(self.pods, event, body, view.name, kept)
+        return self._seen(lambda cached: cached.pods, event, body, view.name, kept)
 
     def _seen(
-        self, store: dict[JobKey, dict[Any, _Entry]], event: str | None, body: Obj, key: Any, kept: _Entry
+        self,
+        store_of: Callable[[_Cached], dict[Any, _Entry]],
+        event: str | None,
+        body: Obj,
+        key: Any,
+        kept: _Entry,
     ) -> JobKey | None:
         meta = body.get("metadata", {})
         job = meta.get("labels", {}).get(LABEL_JOB)
         if not job or not meta.get("namespace"):
             return None
         owner = (meta["namespace"], job)
-        if owner not in self.jobs:
+        cached = self.jobs.get(owner)
+        if cached is None:
             # A job forgotten (the garbage collector deletes its objects after it) or not seen yet
             # (a watch listed before the jobs' own): its first reconcile reads it in full.
             return None
-        superseded = self.superseded.get(owner)
-        if superseded is not None and kept.uid in superseded:
+        store = store_of(cached)
+        if kept.uid in cached.vanished:
             if event != "DELETED":
                 return owner  # an older state of an object a fresh read found gone: it stays gone
-            del superseded[kept.uid]
-            if not superseded:
-                del self.superseded[owner]
+            del cached.vanished[kept.uid]
         if event == "DELETED":
             if kept.uid:
-                self.gone[owner].add(kept.uid)
+                cached.deleted.add(kept.uid)
             # Only the object it names: a fresh read may have stored its successor of the same name
             # before the watch delivered this (a late DELETED of the old ctr-ps-0).
-            if store[owner].get(key, kept).uid == kept.uid:
-                store[owner].pop(key, None)
-            if not store[owner]:
-                del store[owner]
+            if store.get(key, kept).uid == kept.uid:
+                store.pop(key, None)
         else:
-            held = store[owner].get(key)
+            held = store.get(key)
             if held is None or kept.version >= held.version:  # else the echo of a write kept already
-                store[owner][key] = kept
+                store[key] = kept
         return owner
 
     def forget(self, key: JobKey) -> None:
-        stores = (self.jobs, self.children, self.pods, self.read_at, self.pods_read_at, self.written_at)
-        for store in (*stores, self.gone, self.superseded):
-            store.pop(key, None)
+        self.jobs.pop(key, None)
 
     def snapshot(self, key: JobKey) -> Snapshot | None:
-        job = self.jobs.get(key)
-        if job is None:
+        cached = self.jobs.get(key)
+        if cached is None:
             return None
-        children = [e.obj for e in self.children.get(key, {}).values()]
-        return Snapshot(job, children, [e.obj for e in self.pods.get(key, {}).values()])
+        children = [e.obj for e in cached.children.values()]
+        return Snapshot(cached.job, children, [e.obj for e in cached.pods.values()])
 
     def read_fresh(
         self,
@@ -150,15 +157,13 @@ class WatchCache:
         `kinds`, or of every kind: None, a full read): add what the watch has not shown yet, drop
         what it last showed before the read began and the read no longer found, and leave out what
         the watch saw deleted meanwhile. A later read begins after every deletion seen so far, so
-        none of them is kept for it. What it dropped stays gone (superseded) until its DELETED, or
-        SUPERSEDED_SECONDS if the watch never sends that.
+        none of them is kept for it. What it dropped stays gone (vanished) until its DELETED, or
+        VANISHED_SECONDS if the watch never sends that.
         Returns the pods it dropped or found replaced, as the watch last showed them: gone, and the
         watch has not said how yet."""
         self.job_seen(*key, job)
-        self.pods_read_at[key] = started
-        if kinds is None:
-            self.read_at[key] = started
-        gone = self.gone.pop(key, set())
+        cached = self.jobs[key]
+        deleted, cached.deleted = cached.deleted, set()
         slim = {
             (str(c["kind"]), _name(c)): _Entry(slim_child(c), started, _version(c), _uid(c)) for c in children
         }
@@ -166,45 +171,35 @@ class WatchCache:
         def was_read(child: ChildKey) -> bool:
             return kinds is None or child[0] in kinds
 
-        dropped_children = self._merge(self.children, key, slim, started, gone, was_read)
+        dropped_children = _merge(cached.children, slim, started, deleted, was_read)
         pods_listed = {p.name: _Entry(p, started, p.version, p.uid) for p in pods}
-        dropped = self._merge(self.pods, key, pods_listed, started, gone, lambda _: True)
-        self._supersede(key, [e.uid for e in [*dropped_children, *dropped] if e.uid], started)
+        dropped = _merge(cached.pods, pods_listed, started, deleted, lambda _: True)
+        uids = [e.uid for e in [*dropped_children, *dropped] if e.uid]
+        kept = {uid: at for uid, at in cached.vanished.items() if started < at + VANISHED_SECONDS}
+        cached.vanished = {**kept, **dict.fromkeys(uids, started)}  # found gone long ago: let go
         return [entry.obj for entry in dropped]
 
-    def _supersede(self, key: JobKey, uids: list[str], now: float) -> None:
-        """Keep `uids` gone from now on, and let go of those found gone long ago."""
-        held = self.superseded.get(key, {})
-        kept = {uid: at for uid, at in held.items() if now < at + SUPERSEDED_SECONDS}
-        kept.update(dict.fromkeys(uids, now))
-        if kept:
-            self.superseded[key] = kept
-        elif held:
-            del self.superseded[key]
 
-    @staticmethod
-    def _merge(
-        store: dict[JobKey, dict[Any, _Entry]],
-        key: JobKey,
-        listed: dict[Any, _Entry],
-        started: float,
-        gone: set[str],
-        was_read: Callable[[Any], bool],
-    ) -> list[_Entry]:
-        """Merge a read into the store; the entries it dropped, or replaced by another object."""
-        entries, dropped = store[key], []
-        for name in [n for n, e in entries.items() if n not in listed and e.seen < started and was_read(n)]:
-            dropped.append(entries.pop(name))
-        for name, entry in listed.items():
-            kept = entries.get(name)
-            if entry.uid in gone or (kept is not None and entry.version <= kept.version):
-                continue
-            if kept is not None and kept.uid != entry.uid:
-                dropped.append(kept)
-            entries[name] = entry
-        if not entries:
-            del store[key]
-        return dropped
+def _merge(
+    entries: dict[Any, _Entry],
+    listed: dict[Any, _Entry],
+    started: float,
+    deleted: set[str],
+    was_read: Callable[[Any], bool],
+) -> list[_Entry]:
+    """Merge a read into a job's entries of one kind; the entries it dropped, or replaced by another
+    object."""
+    dropped = []
+    for name in [n for n, e in entries.items() if n not in listed and e.seen < started and was_read(n)]:
+        dropped.append(entries.pop(name))
+    for name, entry in listed.items():
+        kept = entries.get(name)
+        if entry.uid in deleted or (kept is not None and entry.version <= kept.version):
+            continue
+        if kept is not None and kept.uid != entry.uid:
+            dropped.append(kept)
+        entries[name] = entry
+    return dropped
 
 
 def _name(obj: Obj) -> str:

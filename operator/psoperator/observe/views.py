@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_ROLE
+from psoperator.api.names import child_name
 from psoperator.contract import Role
 from psoperator.fields import dict_of as _dict
 from psoperator.fields import int_of as _int
@@ -20,7 +21,6 @@ from psoperator.fields import list_of as _list
 from psoperator.fields import str_of as _str
 from psoperator.managed_fields import folds
 from psoperator.observe.workload import KueueView, WorkloadView, parse_workload
-from psoperator.render.names import child_name
 from psoperator.timeutil import format_time, parse_time
 
 Obj = dict[str, Any]

@@ -83,7 +83,7 @@ class Actions:
     hold_chief: bool = False
     # The plan waits for pods to go (a former chief, a recycled or draining PS). A watch that
     # re-listed sends no DELETED for a pod gone meanwhile, so the reconcile checks the wait against
-    # a fresh read now and then (control/protocol.py) instead of trusting the watch alone.
+    # a fresh read now and then (control/reconciler.py) instead of trusting the watch alone.
     awaits_departure: bool = False
     delete_pods: list[PodDeletion] = field(default_factory=list)
     # A parameter server's tracking changed: the status is written at once, not spaced with the

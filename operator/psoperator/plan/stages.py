@@ -26,6 +26,7 @@ from psoperator.api.models import (
     Shape,
     Tracking,
 )
+from psoperator.api.shape import requested, running, with_shape
 from psoperator.api.vocabulary import FINISHED_PHASES, ConditionType, Phase
 from psoperator.contract import ProgressReport, Role
 from psoperator.observe.failures import Failure
@@ -38,7 +39,7 @@ from psoperator.plan.draft import (
     ReconcilePlan,
     stops_within_recycled_grace,
 )
-from psoperator.plan.queue import finish_workload, wait_for_admission
+from psoperator.plan.kueue_admission import finish_workload, wait_for_admission
 from psoperator.policies import (
     deadline,
     node_lost,
@@ -268,7 +269,7 @@ def resize_job(spec: PSTrainingJobSpec, d: Draft) -> bool:
     if wanted is None or current is None or wanted == current or d.ask_checkpoint is not None:
         return GO_ON
     change = f"from {current.describe()} to {wanted.describe()}"
-    sizing = check_ps_memory(resize.with_shape(spec, wanted)) if spec.model is not None else None
+    sizing = check_ps_memory(with_shape(spec, wanted)) if spec.model is not None else None
     if sizing is not None and _resize_refused(d, sizing, change):
         return GO_ON
     if d.observed.current_chief_job(d.status.restarts) is None:  # the next attempt has the new shape
@@ -573,13 +574,13 @@ def plan_reconcile(
 
 
 def _running_shape(spec: PSTrainingJobSpec, d: Draft) -> PSTrainingJobSpec:
-    """The spec as the running attempt has it (resize.py): its shape, its pods. The shape is the
-    spec's until a job has one (a new job, or one an older operator started: its replicas could
-    not change), and so are the PS resources of a shape an older operator wrote."""
-    d.requested = resize.requested(spec)
-    d.status.shape = resize.running(d.status.shape, spec)
+    """The spec as the running attempt has it (api/shape.py, policies/resize.py): its shape, its
+    pods. The shape is the spec's until a job has one (a new job, or one an older operator started:
+    its replicas could not change), and so are the PS resources of a shape an older operator wrote."""
+    d.requested = requested(spec)
+    d.status.shape = running(d.status.shape, spec)
     d.observed, d.status.tracking = resize.within(d.observed, d.status.tracking, d.name, d.status.shape)
-    return resize.with_shape(spec, d.status.shape)
+    return with_shape(spec, d.status.shape)
 
 
 def refuse_invalid_spec(d: Draft, error: ValidationError) -> None:

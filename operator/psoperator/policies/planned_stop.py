@@ -1,5 +1,5 @@
 """Planned stops: a checkpoint asked of the chief before a stop the cluster plans, so that the stop
-costs no step (issue 22).
+costs no step.
 
     stop                                  what the operator asks, when
     runPolicy.suspend                     a checkpoint, then the pods are deleted (the job waits

@@ -3,24 +3,22 @@
 A parameter server keeps what a chief created on it after that chief is gone: TensorFlow holds a
 dead client's remote context until its keep-alive lapses (600 s), and the memory mostly stays with
 the process even then. The next chief creates every variable and slot again, so each restart
-against surviving parameter servers adds one more copy of their share of the model. Measured with
-tests/trainer's harness (2,000,000 x 16 embedding, Adagrad, 2 PS): 764, 967, 1,099, 1,248 and
-1,379 MiB per PS over five chiefs; a 10 s keep-alive changed nothing.
+against surviving parameter servers adds one more copy of their share of the model (a shorter
+keep-alive does not help; docs/performance.md, Parameter server memory, shows the growth).
 
 So a coordinated restart restarts every parameter server that served the chief being replaced (a
 PS that failed is new already), and the new chief is held until they are gone: it never connects
 to one of them. A PS then holds one copy whatever the number of restarts, which is what the sizing
 planner plans for. The recycled pods are remembered (status.tracking.recycling) for the whole
 attempt and never tracked: a view that no longer shows one is no proof that none will (a watch
-that lags brought one back as it ran, and its going away was then recorded as a failure: CI,
-2026-12-06). Workers are kept: they hold no variables (measured: +4 MiB per restart).
+that lags can bring one back as it ran, and its going away must not count as a failure). Workers
+are kept: they hold no variables.
 
 The new chief also waits until every parameter server of its attempt runs, and so has an
 address. A PS's name (its record in the headless Service) exists only from then on, and a lookup
 made before is answered "no such name" for a while after (CoreDNS caches the answer, gRPC's
-resolver backs off): seen once in CI (2026-12-02), a new chief exited 138 with `UnavailableError:
-errors resolving ctr-ps-0.ctr-ps...: Temporary failure in name resolution`, a second restart for
-nothing.
+resolver backs off): a chief started earlier can exit with `UnavailableError: errors resolving
+...: Temporary failure in name resolution`, a second restart for nothing.
 """
 
 from __future__ import annotations

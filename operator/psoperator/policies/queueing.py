@@ -1,4 +1,4 @@
-"""Queueing with Kueue (issue 24): a job labelled `kueue.x-k8s.io/queue-name` runs only while Kueue
+"""Queueing with Kueue: a job labelled `kueue.x-k8s.io/queue-name` runs only while Kueue
 admits its Workload, which the operator makes and keeps, as Kueue's jobframework does for the jobs
 it knows (Kueue is configured with PSTrainingJob as an external framework, so it leaves the job's
 StatefulSets, Job and pods alone).

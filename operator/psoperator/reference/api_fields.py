@@ -19,6 +19,7 @@ from typing import Any
 
 from psoperator import GROUP, KIND, VERSION
 from psoperator.api import crd
+from psoperator.api.crd_schema import UPSTREAM_MARKER, upstream_schema
 from psoperator.api.models import POD_TEMPLATE, VOLUME_SOURCE
 from psoperator.reference import escape
 
@@ -26,11 +27,11 @@ DOC_FILE = Path("docs/reference/api.md")
 
 # The upstream types the CRD embeds, with the Kubernetes API reference that documents them.
 UPSTREAM = {
-    str(POD_TEMPLATE[crd.UPSTREAM_MARKER]): (
+    str(POD_TEMPLATE[UPSTREAM_MARKER]): (
         "PodTemplateSpec",
         "https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-template-v1/#PodTemplateSpec",
     ),
-    str(VOLUME_SOURCE[crd.UPSTREAM_MARKER]): (
+    str(VOLUME_SOURCE[UPSTREAM_MARKER]): (
         "Volume",
         "https://kubernetes.io/docs/reference/kubernetes-api/config-and-storage-resources/volume/#Volume",
     ),
@@ -79,7 +80,7 @@ def _upstream(node: dict[str, Any]) -> tuple[str, str] | None:
     """The upstream type a node embeds (its fields are the upstream schema's), with its reference."""
     keys = set(node.get("properties", {}))
     for name, documented in UPSTREAM.items():
-        if keys and keys == set(crd.upstream_schema(name)["properties"]):
+        if keys and keys == set(upstream_schema(name)["properties"]):
             return documented
     return None
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from psoperator.contract import Role
 
 PACKAGE = Path(__file__).resolve().parents[1]
-# Reasons the rules above cannot see: told as (reason, message) pairs in control/protocol.py.
+# Reasons the rules above cannot see: told as (reason, message) pairs in control/reconciler.py.
 PAIRED = ("NameConflict", "ChildRejected")
 
 

@@ -16,10 +16,10 @@ from typing import Any
 from psoperator import GROUP, KIND, VERSION
 from psoperator.api.labels import ANNOTATION_HASH
 from psoperator.api.models import Admission, PSTrainingJobSpec, Shape
+from psoperator.api.names import CHIEF_TOKEN_KEY, chief_token_secret_name, job_labels
+from psoperator.api.shape import requested, with_shape
 from psoperator.contract import DEFAULT_PROGRESS_PORT, Role
-from psoperator.policies.resize import requested, with_shape
 from psoperator.render.jobs import JOB_MUTABLE_SPEC, render_chief_job, render_evaluator_job
-from psoperator.render.names import CHIEF_TOKEN_KEY, chief_token_secret_name, job_labels
 from psoperator.render.networkpolicy import render_network_policies
 from psoperator.render.pod import Manifest, render_pod_template, role_templates
 from psoperator.render.services import render_service

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from psoperator.api.labels import LABEL_ATTEMPT
 from psoperator.api.models import PSTrainingJobSpec
+from psoperator.api.names import child_labels, child_name, pod_hostname
 from psoperator.contract import Role
-from psoperator.render.names import child_labels, child_name, pod_hostname
 from psoperator.render.pod import Manifest, trainer_container_name
 
 # The fields we render that the API server lets change in an existing Job. The rest (the pod

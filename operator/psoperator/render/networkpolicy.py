@@ -12,8 +12,8 @@ CRD refuses hostNetwork in the templates. The policies exist before any pod (pla
 from __future__ import annotations
 
 from psoperator.api.labels import LABEL_JOB
+from psoperator.api.names import child_name, job_labels, selector_labels
 from psoperator.contract import Role
-from psoperator.render.names import child_name, job_labels, selector_labels
 from psoperator.render.pod import Manifest
 
 # The label every namespace carries with its own name (Kubernetes >= 1.22).

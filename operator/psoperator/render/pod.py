@@ -15,8 +15,7 @@ from typing import Any
 from psoperator import contract
 from psoperator.api.labels import ANNOTATION_TRAINER_CONTAINER, LABEL_ATTEMPT, LABEL_POD_INDEX
 from psoperator.api.models import PSTrainingJobSpec
-from psoperator.contract import Role
-from psoperator.render.names import (
+from psoperator.api.names import (
     CHECKPOINT_VOLUME,
     CHIEF_TOKEN_DIR,
     CHIEF_TOKEN_KEY,
@@ -29,6 +28,7 @@ from psoperator.render.names import (
     child_name,
     tf_config_map_name,
 )
+from psoperator.contract import Role
 
 Manifest = dict[str, Any]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from psoperator.api.names import child_labels, child_name, selector_labels
 from psoperator.contract import Role
-from psoperator.render.names import child_labels, child_name, selector_labels
 from psoperator.render.pod import Manifest
 
 

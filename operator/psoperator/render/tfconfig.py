@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 
-from psoperator.contract import CLUSTER_ROLES, ENV_TASK_INDEX, TF_CONFIG_ENV_LIMIT, Role, cluster_file_text
-from psoperator.render.names import (
+from psoperator.api.names import (
     TF_CONFIG_FILE,
     job_labels,
     task_address,
     task_address_pattern,
     tf_config_map_name,
 )
+from psoperator.contract import CLUSTER_ROLES, ENV_TASK_INDEX, TF_CONFIG_ENV_LIMIT, Role, cluster_file_text
 from psoperator.render.pod import Manifest
 
 INDEX_REFERENCE = f"$({ENV_TASK_INDEX})"

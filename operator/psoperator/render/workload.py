@@ -15,8 +15,8 @@ import hashlib
 import json
 
 from psoperator.api.models import PodSetAdmission, Shape
+from psoperator.api.names import job_labels
 from psoperator.contract import Role
-from psoperator.render.names import job_labels
 from psoperator.render.pod import Manifest
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"

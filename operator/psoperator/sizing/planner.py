@@ -24,11 +24,10 @@ from psoperator.sizing.quantity import format_quantity, human_bytes, round_up_re
 
 # Headroom on parameters + slots: 2 x 1.25. A parameter server that restores a checkpoint (every
 # PS after a restart) holds each variable and the value read for it at once, and the allocator
-# keeps that peak: measured with tests/trainer's harness (Adagrad, 2 PS, TensorFlow 2.21), a PS
-# with 512 MiB of state reached 1.39x its state on top of the runtime when it started the model and
-# 2.38x after restoring it, and stayed there over later restarts. The 1.25 covers what comes on top:
+# keeps that peak: after a restore a PS holds about 2.4x its state on top of the runtime, and no
+# more over later restarts (tests/trainer/tfcluster/ps_memory.py). The 1.25 covers what comes on top:
 # gradients arriving over gRPC (dense ones are full-size, one per worker in flight), checkpoint
-# serialization and fragmentation. See tests/trainer/tfcluster/ps_memory.py (the figures) and
+# serialization and fragmentation. See docs/performance.md (the figures) and
 # e2e/real/test_training.py (five chiefs on a real kubelet, checked against the plan).
 DEFAULT_HEADROOM = 2.5
 # The TensorFlow server itself (runtime, gRPC, thread stacks) before any variable exists.

@@ -17,7 +17,7 @@ would change objects behind the user's back:
 - descriptions go unless asked for: four pod templates with them would not fit in etcd's limit.
 
 Run `python -m psoperator.api.schemas.extract` to regenerate the committed JSON files next to this
-module, then `python -m psoperator.api.crd --write`.
+module, then `psoperator crd --write`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The back-off of progress polls after a chief's port refused, the checkpoint ask, and what an
-untrusted chief's answers cannot make the operator do (polling.py)."""
+untrusted chief's answers cannot make the operator do (chief_client.py)."""
 
 from __future__ import annotations
 
@@ -19,34 +19,34 @@ from psoperator.contract import (
     ProgressReport,
     RejectedReport,
 )
-from psoperator.control import polling
+from psoperator.control import chief_client
 from psoperator.policies.planned_stop import CheckpointAsk, StopCause
 from tests.unit.builders import chief_job, observed, pod
 
 
 def test_a_chief_that_never_refused_is_always_asked() -> None:
-    assert polling.due(None, "pod-a", 0.0)
+    assert chief_client.due(None, "pod-a", 0.0)
 
 
 def test_each_refusal_in_a_row_doubles_the_wait_up_to_its_limit() -> None:
     refusals, waits = None, []
     for _ in range(10):
-        refusals = polling.refused(refusals, "pod-a", 100.0)
+        refusals = chief_client.refused(refusals, "pod-a", 100.0)
         waits.append(refusals.until - 100.0)
     assert waits[:4] == [5.0, 10.0, 20.0, 40.0]
-    assert max(waits) == polling.MAX_WAIT_SECONDS == waits[-1]
+    assert max(waits) == chief_client.MAX_WAIT_SECONDS == waits[-1]
 
 
 def test_a_refused_chief_is_asked_again_once_its_wait_is_over() -> None:
-    refusals = polling.refused(None, "pod-a", 100.0)
-    assert not polling.due(refusals, "pod-a", 104.9)
-    assert polling.due(refusals, "pod-a", 105.0)
+    refusals = chief_client.refused(None, "pod-a", 100.0)
+    assert not chief_client.due(refusals, "pod-a", 104.9)
+    assert chief_client.due(refusals, "pod-a", 105.0)
 
 
 def test_a_new_chief_pod_is_asked_at_once_and_starts_from_the_first_wait() -> None:
-    refusals = polling.refused(polling.refused(None, "pod-a", 0.0), "pod-a", 0.0)
-    assert polling.due(refusals, "pod-b", 0.0)
-    assert polling.refused(refusals, "pod-b", 0.0).count == 1
+    refusals = chief_client.refused(chief_client.refused(None, "pod-a", 0.0), "pod-a", 0.0)
+    assert chief_client.due(refusals, "pod-b", 0.0)
+    assert chief_client.refused(refusals, "pod-b", 0.0).count == 1
 
 
 def _ask() -> CheckpointAsk:
@@ -68,8 +68,8 @@ def _asked(handler: Callable[[web.Request], Awaitable[web.Response]] | None, ask
         if handler is None:
             await runner.cleanup()
         try:
-            async with polling.chief_session() as session:
-                return await polling.ask_checkpoint(session, port, ask, None, None)
+            async with chief_client.chief_session() as session:
+                return await chief_client.ask_checkpoint(session, port, ask, None, None)
         finally:
             await runner.cleanup()
 
@@ -103,8 +103,8 @@ def test_a_refusal_or_an_answer_that_is_no_checkpoint_answer_is_an_outcome_witho
 
 def test_nothing_listening_or_a_chief_that_refused_its_progress_port_is_no_wait() -> None:
     assert "could not be asked" in (_asked(None, _ask()).answer.reason or "")
-    refusals = polling.refused(None, "chief-uid", 0.0)
-    skipped = asyncio.run(polling.ask_checkpoint(None, 1, _ask(), refusals, None))
+    refusals = chief_client.refused(None, "chief-uid", 0.0)
+    skipped = asyncio.run(chief_client.ask_checkpoint(None, 1, _ask(), refusals, None))
     assert "does not serve its progress port" in (skipped.answer.reason or "")
 
 
@@ -153,10 +153,10 @@ def test_a_redirect_from_a_chief_is_not_followed_to_another_jobs_chief() -> None
                 ("GET", PROGRESS_PATH): _redirect(target, 302),
                 ("POST", CHECKPOINT_PATH): _redirect(target, 307),
             }
-            async with _serving(attacker) as port, polling.chief_session() as session:
-                report = await polling.fetch_progress(session, "127.0.0.1", port, None)
+            async with _serving(attacker) as port, chief_client.chief_session() as session:
+                report = await chief_client.fetch_progress(session, "127.0.0.1", port, None)
                 ask = CheckpointAsk(StopCause.SUSPEND, ("c",), ("u",), "u", "127.0.0.1", 3.0, 3600.0)
-                return report, await polling.ask_checkpoint(session, port, ask, None, None)
+                return report, await chief_client.ask_checkpoint(session, port, ask, None, None)
 
     report, outcome = asyncio.run(scenario())
     assert report is None
@@ -168,8 +168,11 @@ def _polled(handler: Handler) -> Any:
     """What fetch_progress makes of a chief whose GET /progress is `handler`."""
 
     async def scenario() -> Any:
-        async with _serving({("GET", PROGRESS_PATH): handler}) as port, polling.chief_session() as session:
-            return await polling.fetch_progress(session, "127.0.0.1", port, None)
+        async with (
+            _serving({("GET", PROGRESS_PATH): handler}) as port,
+            chief_client.chief_session() as session,
+        ):
+            return await chief_client.fetch_progress(session, "127.0.0.1", port, None)
 
     return asyncio.run(scenario())
 
@@ -194,11 +197,11 @@ def test_an_answer_over_the_limit_is_garbled_whether_its_length_is_told_or_strea
     async def small(request: web.Request) -> web.Response:
         return web.json_response({"state": "running", "step": 7})
 
-    too_long = RejectedReport(f"longer than {polling.MAX_ANSWER_BYTES} bytes")
+    too_long = RejectedReport(f"longer than {chief_client.MAX_ANSWER_BYTES} bytes")
     assert _polled(told) == too_long and _polled(streamed) == too_long
     assert _polled(small) is not None  # the same chief, answering within the limit
     asked = _asked(told, _ask())
-    assert not asked.saved and f"over {polling.MAX_ANSWER_BYTES} bytes" in (asked.answer.reason or "")
+    assert not asked.saved and f"over {chief_client.MAX_ANSWER_BYTES} bytes" in (asked.answer.reason or "")
 
 
 def test_a_compressed_answer_is_not_inflated() -> None:
@@ -223,9 +226,9 @@ def test_every_request_to_the_chief_carries_the_jobs_token() -> None:
             ("GET", PROGRESS_PATH): chief,
             ("POST", CHECKPOINT_PATH): chief,
         }
-        async with _serving(routes) as port, polling.chief_session() as session:
-            await polling.fetch_progress(session, "127.0.0.1", port, "t0ken")
-            await polling.ask_checkpoint(session, port, _ask(), None, "t0ken")
+        async with _serving(routes) as port, chief_client.chief_session() as session:
+            await chief_client.fetch_progress(session, "127.0.0.1", port, "t0ken")
+            await chief_client.ask_checkpoint(session, port, _ask(), None, "t0ken")
 
     asyncio.run(scenario())
     assert authorizations == ["Bearer t0ken", "Bearer t0ken"]
@@ -244,8 +247,11 @@ def _reported(body: bytes) -> tuple[Any, Any]:
         return response
 
     async def scenario() -> tuple[Any, Any]:
-        async with _serving({("GET", PROGRESS_PATH): progress}) as port, polling.chief_session() as session:
-            return await polling.chief_report(session, port, chief, None, None)
+        async with (
+            _serving({("GET", PROGRESS_PATH): progress}) as port,
+            chief_client.chief_session() as session,
+        ):
+            return await chief_client.chief_report(session, port, chief, None, None)
 
     return asyncio.run(scenario())
 
@@ -259,11 +265,12 @@ def test_a_progress_report_the_status_cannot_keep_or_too_long_is_rejected_naming
         f" from 0 to {LATEST_UNIX_SECONDS:.0f}, not milliseconds (got NaN)"
     )
     assert refusals is None  # it answered
-    long = b'{"step": 5, "message": "' + b"x" * polling.MAX_ANSWER_BYTES + b'"}'
+    long = b'{"step": 5, "message": "' + b"x" * chief_client.MAX_ANSWER_BYTES + b'"}'
     report, _ = _reported(long)
     assert report == RejectedReport(
-        f"the progress report of pod ctr-chief-0x is ignored: longer than {polling.MAX_ANSWER_BYTES} bytes"
+        "the progress report of pod ctr-chief-0x is ignored: "
+        f"longer than {chief_client.MAX_ANSWER_BYTES} bytes"
     )
-    at_the_limit = long[: polling.MAX_ANSWER_BYTES - 2] + b'"}'
+    at_the_limit = long[: chief_client.MAX_ANSWER_BYTES - 2] + b'"}'
     assert _reported(at_the_limit) == (ProgressReport.read(at_the_limit), None)
     assert isinstance(ProgressReport.read(at_the_limit), ProgressReport)

@@ -1,4 +1,4 @@
-"""Names, labels and DNS addresses of a job's children: one place, so every renderer agrees."""
+"""Names, labels and DNS addresses of a job's children: one place, so every renderer and view agrees."""
 
 from __future__ import annotations
 

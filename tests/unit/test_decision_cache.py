@@ -1,22 +1,24 @@
-"""A reconcile that changed nothing stands while nothing it was decided from changes (control/settled.py)."""
+"""A reconcile that changed nothing stands while nothing it was decided from changes
+(control/decision_cache.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
 import kopf
 import pytest
 
-from psoperator.control import protocol
+from psoperator.control import reconciler
 from psoperator.control.state import OperatorState
 from psoperator.metrics.registry import Metrics
 from psoperator.observe.views import parse_pod
 from psoperator.plan.stages import plan_reconcile
 from tests.unit import builders
-from tests.unit.test_handlers import PodsKube, _as_created, _owned
+from tests.unit.test_reconciler import PodsKube, _as_created, _owned
 
 KEY = ("team-a", "ctr")
 
@@ -32,7 +34,7 @@ class RunningJob:
             self.plans.append(job["metadata"]["resourceVersion"])
             return plan_reconcile(job, *args, **kwargs)
 
-        monkeypatch.setattr(protocol, "plan_reconcile", counting)
+        monkeypatch.setattr(reconciler, "plan_reconcile", counting)
         job = builders.with_status(builders.job(), phase="Pending")
         job["metadata"]["resourceVersion"] = "7"
         children = _as_created(job)
@@ -57,13 +59,15 @@ class RunningJob:
         self.state.cache.pod_seen("MODIFIED", pod, parse_pod(pod))
 
     def reconcile(self) -> None:
-        self.state.cache.read_at[KEY] = time.monotonic()  # read fresh lately: the cache decides
-        asyncio.run(protocol.reconcile_once(self.state, *KEY, logging.getLogger("test")))
+        # Read fresh lately: the cache decides
+        self.state.job(KEY, logging.getLogger("test")).read_at = time.monotonic()
+        asyncio.run(reconciler.reconcile_once(self.state, *KEY, logging.getLogger("test")))
 
     def settle(self) -> None:
         """Reconcile until one changes nothing (the job's status is as the plan has it)."""
         for _ in range(5):
-            self.state.cache.written_at.clear()  # no status-write spacing in the way
+            # No status-write spacing in the way
+            self.state.job(KEY, logging.getLogger("test")).written_at = -math.inf
             self.reconcile()
             if self.state.jobs[KEY].settled is not None:
                 return
@@ -109,8 +113,8 @@ def test_a_fresh_read_always_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     job = RunningJob(monkeypatch)
     job.settle()
     plans = len(job.plans)
-    job.state.cache.read_at.clear()
-    asyncio.run(protocol.reconcile_once(job.state, *KEY, logging.getLogger("test")))
+    job.state.jobs[KEY].read_at = None
+    asyncio.run(reconciler.reconcile_once(job.state, *KEY, logging.getLogger("test")))
     assert len(job.plans) == plans + 1
 
 
@@ -121,7 +125,7 @@ def test_a_job_tracked_by_an_earlier_version_is_decided_and_then_settles(
     read as records, as the plan reads them (e2e/test_upgrade caught a reconcile failing on it)."""
     job = RunningJob(monkeypatch)
     job.settle()
-    cached = job.state.cache.jobs[KEY]
+    cached = job.state.cache.jobs[KEY].job
     pods = cached["status"]["tracking"]["pods"]
     cached["status"]["tracking"]["pods"] = {name: f"{entry['uid']}/0/0" for name, entry in pods.items()}
     job.kube.job = cached

@@ -2,7 +2,7 @@
 port, and when to ask that port again after nothing answered there.
 
 A plain TensorFlow image never serves /progress: asking it at every reconcile costs a connection
-attempt each time (a third of a quiet reconcile's CPU, measured with py-spy at 1,000 jobs); a hung
+attempt each time (much of a quiet reconcile's CPU); a hung
 runtime that takes the connection and never answers costs the whole timeout (2 s) each time, the
 reconcile about to restart that chief included. So a chief pod that refused or did not answer in
 time (a "refusal" below) is asked again only after a wait that doubles with each refusal, from

@@ -1,12 +1,12 @@
 """A reconcile that changed nothing stands while nothing it was decided from changes.
 
-At rest (a job running, its pods up, nothing to do), every resync used to decide again from the
-same inputs: the plan (the spec and status validated by pydantic, every stage), the metrics'
-reading of it (three more validations) and a status patch of nothing. A decision that wrote nothing
+At rest (a job running, its pods up, nothing to do), a resync would decide again from the same
+inputs: the plan (the spec and status validated by pydantic, every stage), the metrics' reading of
+it (three more validations) and a status patch of nothing. A decision that wrote nothing
 and acted on nothing is kept with what it was decided from (`inputs_of`) until its own clock asks for
 another (`ReconcilePlan.requeue_after`: every clock of the plan asks for one, from the TTL to the
 stall timeout, plan/stages.py; and the moment the metrics would read the step rate as 0); a
-reconcile that finds the same inputs before then returns it without deciding (protocol.py). A job's
+reconcile that finds the same inputs before then returns it without deciding (reconciler.py). A job's
 periodic fresh read always decides.
 """
 
@@ -76,7 +76,7 @@ def settle(
 ) -> Settled | None:
     """The record of a decision that changed nothing (decided at `now`, monotonic; `clock`, the
     plan's wall time); None when it cannot stand: its inputs could not be told, or it waits for pods
-    to go (a DELETED the watch may never send: protocol.py reads fresh when that wait lasts). It
+    to go (a DELETED the watch may never send: reconciler.py reads fresh when that wait lasts). It
     keeps the job's `status` as read, the one the watch cache holds, for its plan's own equal copy."""
     if inputs is None or plan.awaits_departure:
         return None

@@ -1,4 +1,5 @@
-"""One reconcile end to end, without a cluster: status, render options and events."""
+"""One reconcile's decision end to end (plan/stages.py, plan_reconcile), without a cluster: status,
+render options and events."""
 
 from __future__ import annotations
 
@@ -805,7 +806,7 @@ def test_a_parameter_servers_new_tracking_is_written_at_once(
 
 
 def test_the_parameter_servers_a_restart_recycles_going_away_are_not_written_at_once() -> None:
-    """Issue 26: a restart's status write is followed by its recycled PS going away, a status-only
+    """A restart's status write is followed by its recycled PS going away, a status-only
     change spaced like any other: not a second read and write of every job restarting at once, while
     the API server is busiest. Their replacements are written at once, and are no failures."""
     failed = [
@@ -829,9 +830,9 @@ def test_the_parameter_servers_a_restart_recycles_going_away_are_not_written_at_
 
 def test_a_recycled_ps_is_never_judged_again_in_its_attempt_whatever_order_the_views_come_in() -> None:
     """A view that no longer shows a recycled PS is no proof that none will: a watch that lags can
-    still bring an older state of it (e2e resize test, CI 2026-12-06: lastFailure "ctr-ps-0
-    Deleted" after a resize, no restart counted). The restart's recycled PS is neither tracked nor
-    judged for the rest of its attempt, so its going away is never a failure."""
+    still bring an older state of it (after a resize: no lastFailure "ctr-ps-0 Deleted"). The
+    restart's recycled PS is neither tracked nor judged for the rest of its attempt, so its going
+    away is never a failure."""
     running, lost = _ps_lost_restart()
     restart = plan_reconcile(running, observed(lost, chief_job(0)), None, NOW)
     recycled = {"ctr-ps-0": "ctr-ps-0-uid"}
@@ -892,7 +893,7 @@ CLOCKS: dict[str, tuple[dict[str, Any], Observed, ProgressReport | None]] = {
 
 @pytest.mark.parametrize("clock", CLOCKS)
 def test_a_plan_that_changed_nothing_asks_to_be_woken_when_its_clock_would_change_it(clock: str) -> None:
-    """control/settled.py keeps a decision that changed nothing until the plan's wake-up: each clock
+    """control/decision_cache.py keeps a decision that changed nothing until the plan's wake-up: each clock
     of the plan asks for one, or what it does on time would wait for the job's next change."""
     first_job, seen, report = CLOCKS[clock]
     first = plan_reconcile(first_job, seen, report, NOW)

@@ -1,4 +1,4 @@
-"""The C heap's free pages given back (control/heap.py)."""
+"""The C heap's free pages given back (control/memory_trim.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from psoperator.control import heap
+from psoperator.control import memory_trim
 
 BLOCK = 8192  # over glibc's 128 KiB mmap threshold it would not be the heap's
 BLOCKS = 20_000  # 160 MiB
@@ -23,7 +23,7 @@ def _rss_mib() -> float:
 def test_a_trim_gives_back_the_free_pages_glibc_keeps_inside_its_heap() -> None:
     """Freed blocks with a live one above them stay in the process (glibc gives back only the top
     of a heap), however long it waits; malloc_trim returns them."""
-    trim = heap.malloc_trim()
+    trim = memory_trim.malloc_trim()
     assert trim is not None, "glibc has malloc_trim"
     libc = ctypes.CDLL(None)
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -47,10 +47,10 @@ def test_a_trim_gives_back_the_free_pages_glibc_keeps_inside_its_heap() -> None:
 
 def test_the_heap_is_trimmed_every_period_until_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(heap, "malloc_trim", lambda: calls.append)
+    monkeypatch.setattr(memory_trim, "malloc_trim", lambda: calls.append)
 
     async def run() -> None:
-        task = asyncio.create_task(heap.trim_every(0.01))
+        task = asyncio.create_task(memory_trim.trim_every(0.01))
         await asyncio.sleep(0.2)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -61,5 +61,5 @@ def test_the_heap_is_trimmed_every_period_until_cancelled(monkeypatch: pytest.Mo
 
 
 def test_without_malloc_trim_nothing_is_done(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(heap, "malloc_trim", lambda: None)
-    asyncio.run(asyncio.wait_for(heap.trim_every(0.01), timeout=1))
+    monkeypatch.setattr(memory_trim, "malloc_trim", lambda: None)
+    asyncio.run(asyncio.wait_for(memory_trim.trim_every(0.01), timeout=1))

@@ -26,7 +26,7 @@ another writer came first.
       decide <-----------------------------------------------------------+
          |
          +-- from the cache, what it is decided from is as it was when its last decision
-         |   changed nothing, and that decision's clock has not run out (control/settled.py)
+         |   changed nothing, and that decision's clock has not run out (control/decision_cache.py)
          |   --> that decision, as is
          |
          +-- only a status change, written less than STATUS_SPACING_SECONDS ago
@@ -58,7 +58,7 @@ from kubernetes.client.exceptions import ApiException
 from psoperator.api.labels import CHILD_KINDS, QUEUE_KINDS
 from psoperator.api.models import TrackedPod, Tracking
 from psoperator.contract import ProgressReport, RejectedReport
-from psoperator.control import kueue, polling, settled
+from psoperator.control import chief_client, decision_cache, kueue
 from psoperator.control.state import JobState, OperatorState
 from psoperator.faults import Fault, crash_at
 from psoperator.kube import ApplyResult, in_thread
@@ -100,7 +100,7 @@ class Decision:
     conflicts: list[str]  # children's names taken by objects the job does not own (plan_children)
     now: datetime
     inputs: tuple[Any, ...] | None = None  # what decided the changes (sync_inputs)
-    facts: tuple[Any, ...] | None = None  # what it was decided from (settled.inputs_of)
+    facts: tuple[Any, ...] | None = None  # what it was decided from (decision_cache.inputs_of)
     stands: bool = False  # the job's settled decision, standing: nothing to do, nothing to write
 
     @property
@@ -112,7 +112,9 @@ class Decision:
         return not (acts or asks or plan.write_now or self.changes or self.conflicts)
 
 
-async def read_fresh(state: OperatorState, key: JobKey, full: bool = True) -> Snapshot | None:
+async def read_fresh(
+    state: OperatorState, job_state: JobState, key: JobKey, full: bool = True
+) -> Snapshot | None:
     """The job, its pods and its children (`full`; else those of ACT_READ) from the API and into the
     cache, the other children from the cache; None once the job is gone. All at once: whether its
     Workloads are read is told by the job the cache has, and by the one read if that says otherwise."""
@@ -133,7 +135,9 @@ async def read_fresh(state: OperatorState, key: JobKey, full: bool = True) -> Sn
     children = [child for kind in listed for child in kind]
     read = None if full else kinds
     state.remember_vanished(state.cache.read_fresh(key, job, children, pods, started, read))
+    job_state.pods_read_at = started
     if full:
+        job_state.read_at = started
         return Snapshot(job, children, pods)
     cached = state.cache.snapshot(key)
     kept = [c for c in cached.children if c["kind"] not in kinds] if cached is not None else []
@@ -207,13 +211,13 @@ async def decide(
     if report is None:
         attempt = int((job.get("status") or {}).get("restarts") or 0)
         port, chief = state.config.progress_port, observed.chief_pod(attempt)
-        given, job_state.refusals = await polling.chief_report(
+        given, job_state.refusals = await chief_client.chief_report(
             state.session, port, chief, job_state.refusals, chief_token(state, job)
         )
         report = accepted(job_state, job, given)
     now = datetime.now(UTC)
     tracked = {entry.uid for entry in tracking.values()}
-    facts = settled.inputs_of(
+    facts = decision_cache.inputs_of(
         seen, observed, tracked, report, job_state.checkpoint_outcome, state.kueue_served
     )
     standing = job_state.settled.stands(facts, time.monotonic()) if job_state.settled and not fresh else None
@@ -300,29 +304,29 @@ async def reconcile_once(
     new = never_acted_on(seen)  # decided and acted on from the watch alone
     # A job's first read (a new loop: the watches may not have listed its children yet) is not paced;
     # -inf is a full read due at its turn (after a failed reconcile).
-    first = key not in state.cache.read_at
-    last_read = state.cache.read_at.get(key, -math.inf)
+    first = job_state.read_at is None
+    last_read = -math.inf if job_state.read_at is None else job_state.read_at
     due = not first and started - last_read >= state.fresh_read_interval()  # its periodic read
     full = seen is None or (not new and (first or (due and state.may_read_periodically(started))))
     fresh = full or job_state.stale  # a refused status write: the job, at least, is read again
     if fresh:
-        seen = await read_fresh(state, key, full)
+        seen = await read_fresh(state, job_state, key, full)
         job_state.stale = False
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await decide(state, job_state, seen, fresh)
     if decision.stands:
         return decision.plan
-    pods_read = max(last_read, state.cache.pods_read_at.get(key, -math.inf))
+    pods_read = max(last_read, job_state.pods_read_at)
     waited = started - pods_read >= DEPARTURE_RECHECK_SECONDS
     recheck = not fresh and not new and decision.plan.awaits_departure and waited
-    since_write = started - state.cache.written_at.get(key, -math.inf)
+    since_write = started - job_state.written_at
     if decision.quiet and since_write < STATUS_SPACING_SECONDS and not recheck:
         wait = STATUS_SPACING_SECONDS - since_write
         requeue = wait if decision.plan.requeue_after is None else min(wait, decision.plan.requeue_after)
         return replace(decision.plan, requeue_after=requeue)
     if recheck or (not fresh and not new and not decision.quiet):
-        seen = await read_fresh(state, key, full=False)
+        seen = await read_fresh(state, job_state, key, full=False)
         if seen is None or seen.job["metadata"].get("deletionTimestamp"):
             return None
         decision = await decide(state, job_state, seen, True, decision.report)
@@ -330,7 +334,7 @@ async def reconcile_once(
     changed_nothing = decision.quiet and not wrote
     kept = seen.job.get("status") or {}
     job_state.settled = (
-        settled.settle(decision.plan, kept, decision.facts, started, decision.now)
+        decision_cache.settle(decision.plan, kept, decision.facts, started, decision.now)
         if changed_nothing
         else None
     )
@@ -354,7 +358,7 @@ async def act(
         version = job["metadata"]["resourceVersion"]
         written = await in_thread(state.kube.patch_job_status, namespace, name, patch, version)
         state.cache.job_seen(namespace, name, written)
-        state.cache.written_at[(namespace, name)] = time.monotonic()
+        job_state.written_at = time.monotonic()
     for event in plan.events:
         kopf.event(job, type=event.type, reason=event.reason, message=event.message)
     state.metrics.record(namespace, name, read_job(job, plan, decision.now))
@@ -365,7 +369,9 @@ async def act(
     if plan.ask_checkpoint is not None:  # the stop waits for the answer (up to the ask's deadline)
         port = state.config.progress_port
         ask, refusals, token = plan.ask_checkpoint, job_state.refusals, chief_token(state, job)
-        job_state.checkpoint_outcome = await polling.ask_checkpoint(state.session, port, ask, refusals, token)
+        job_state.checkpoint_outcome = await chief_client.ask_checkpoint(
+            state.session, port, ask, refusals, token
+        )
     if plan.delete_job:
         # kopf.event, not kopf.info: kopf posts info only at its INFO posting level (ours is WARNING).
         kopf.event(

@@ -4,8 +4,7 @@ Every JSON body the API client reads, and every Python object over 512 bytes, co
 malloc. After a busy moment (a start on 1,000 jobs lists every job, child and pod at once) most of
 that is freed, but glibc gives back only the free memory at the very top of each heap: the rest
 stays in the process's memory, and in the pod's, for good. `malloc_trim(0)` gives back every whole
-free page (README, Performance: what it took off a restart on 1,000 jobs). Where the C library is
-not glibc (no `malloc_trim`), nothing is done.
+free page. Where the C library is not glibc (no `malloc_trim`), nothing is done.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-# How often: a trim walks the heap's free chunks, a few milliseconds for 300 MiB, in a thread.
+# How often: a trim walks the heap's free chunks, in a thread.
 TRIM_SECONDS = 60.0
 
 
