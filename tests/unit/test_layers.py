@@ -16,7 +16,7 @@ PACKAGE = Path(psoperator.__file__).parent
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "psoperator contract timeutil managed_fields faults",
+        "psoperator contract timeutil managed_fields faults fields",
         "api",
         "sizing",
         "observe render",
