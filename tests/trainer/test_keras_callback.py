@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tfcluster.jobs import ctr_job
-from tfcluster.launcher import LocalCluster, Process, wait_exit, wait_for
+from tfcluster.launcher import LocalCluster, Process, progress_where, wait_exit
 from tfcluster.netns import PrivateNetwork
 
-from psoperator.contract import CheckpointStatus, ExitCode, ProgressReport
+from psoperator.contract import CheckpointStatus, ExitCode
 
 pytestmark = pytest.mark.tensorflow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-code" / "train.py"
 ENTRYPOINT = [sys.executable, str(EXAMPLE)]
 SERVERS = ("ps-0", "ps-1", "worker-0", "worker-1")
-STARTUP_SECONDS = 120.0
 # A step interval no test reaches: the chief then saves only when asked (and at the end of fit).
 NO_CADENCE = 10**9
 # Epochs no test waits out: the chief trains until the test stops it.
@@ -58,19 +57,6 @@ def start_chief(
     job = ctr_job(checkpoint_dir, args, model=[], interval_steps=interval_steps)
     cluster.rerender(job, attempt=attempt)
     return cluster.start("chief-0", ENTRYPOINT)
-
-
-def progress_where(
-    cluster: LocalCluster, chief: Process, what: str, predicate: Callable[[ProgressReport], bool]
-) -> ProgressReport:
-    def check() -> ProgressReport | None:
-        if chief.poll() is not None:
-            raise AssertionError(f"chief exited with {chief.poll()} early:\n{chief.log()[-4000:]}")
-        report = cluster.progress()
-        return report if report is not None and predicate(report) else None
-
-    result: ProgressReport = wait_for(what, check, STARTUP_SECONDS)
-    return result
 
 
 def checkpoints(directory: Path) -> set[str]:

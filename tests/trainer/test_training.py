@@ -12,12 +12,11 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tfcluster.jobs import PS_DRAIN_SECONDS, ctr_job
-from tfcluster.launcher import LocalCluster, Process, wait_exit, wait_for
+from tfcluster.launcher import LocalCluster, Process, progress_where, wait_exit
 
 from psoperator.contract import CheckpointStatus, ExitCode, ProgressReport
 
@@ -45,21 +44,6 @@ def ensure_servers(cluster: LocalCluster) -> None:
 def start_chief(cluster: LocalCluster, job: dict[str, object], attempt: int = 0) -> Process:
     cluster.rerender(job, attempt=attempt)
     return cluster.start("chief-0")
-
-
-def progress_where(
-    cluster: LocalCluster, chief: Process, what: str, predicate: Callable[[ProgressReport], bool]
-) -> ProgressReport:
-    """Poll the chief's GET /progress until the report satisfies the predicate."""
-
-    def check() -> ProgressReport | None:
-        if chief.poll() is not None:
-            raise AssertionError(f"chief exited with {chief.poll()} early:\n{chief.log()[-4000:]}")
-        report = cluster.progress()
-        return report if report is not None and predicate(report) else None
-
-    result: ProgressReport = wait_for(what, check, STARTUP_SECONDS)
-    return result
 
 
 def test_full_run_serves_progress_finishes_and_is_idempotent(cluster: LocalCluster, tmp_path: Path) -> None:

@@ -247,6 +247,26 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: floa
         time.sleep(interval)
 
 
+def progress_where(
+    cluster: LocalCluster,
+    chief: Process,
+    what: str,
+    predicate: Callable[[ProgressReport], bool],
+    timeout: float = 120.0,
+) -> ProgressReport:
+    """Poll the chief's GET /progress until the report satisfies the predicate; fail at once if the
+    chief exits."""
+
+    def check() -> ProgressReport | None:
+        if chief.poll() is not None:
+            raise AssertionError(f"chief exited with {chief.poll()} early:\n{chief.log()[-4000:]}")
+        report = cluster.progress()
+        return report if report is not None and predicate(report) else None
+
+    result: ProgressReport = wait_for(what, check, timeout)
+    return result
+
+
 def wait_exit(process: Process, timeout: float) -> int:
     """The process's exit code; an AssertionError with its log's tail if it runs past the timeout."""
     try:
