@@ -45,6 +45,9 @@ CREATE_EVERY = 2.5
 DRIVERS = 8  # scenarios running at once
 ORPHAN_TIMEOUT = 90.0  # the garbage collector removes a deleted job's children
 JOB_DEADLINE = 240.0  # create -> terminal state, per job
+# The longest the run goes on after its jobs ended, for the disruptions it plans (a kube-apiserver
+# restart takes up to LEADER_TIMEOUT, a kill as long).
+PLAN_TIMEOUT = 4 * LEADER_TIMEOUT
 # The Job controller deletes the one pod too many at its next sync once it sees both (0.5 s after
 # KWOK started them, in the run that found them); its informers re-list after the restart first.
 TWIN_SECONDS = 15.0
@@ -81,18 +84,24 @@ class Disruptor:
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        started = time.monotonic()
-        while not self._stop.wait(self.every):
+        started = last_kill = time.monotonic()
+        while not self._stop.wait(1.0):
             try:
                 if self.apiserver_at and time.monotonic() - started >= self.apiserver_at[0]:
                     self.apiserver_at.pop(0)
                     self.apiserver_restarts.append(self.control_plane.restart_apiserver())
                 self.revived += self.control_plane.revive()
                 self.restart_exited()
-                self.kill_leader()
+                if time.monotonic() - last_kill >= self.every:
+                    self.kill_leader()
+                    last_kill = time.monotonic()
             except BaseException as error:  # pytest.fail in start() raises outside Exception
                 self.errors.append(f"{type(error).__name__}: {error}")
                 return
+
+    def planned_done(self) -> bool:
+        """Every planned restart of kube-apiserver made, and both replicas killed while leading."""
+        return bool(self.errors) or (not self.apiserver_at and all(_kills_of(self, n) >= 1 for n in "ab"))
 
     def restart_exited(self) -> None:
         for replica in self.replicas:
@@ -182,7 +191,10 @@ def _drive_all(
             for name, kind in plan:
                 futures.append(pool.submit(chaos_run.drive, k8s, namespace, name, kind))
                 time.sleep(CREATE_EVERY)
-            return [f.result() for f in futures]
+            outcomes = [f.result() for f in futures]
+        # However fast the jobs ended, the run lasts until the disruptions it plans have happened.
+        wait_for(disruptor.planned_done, timeout=PLAN_TIMEOUT, interval=1, message="the planned disruptions")
+        return outcomes
     finally:
         disruptor.stop()
         sampler.stop()
