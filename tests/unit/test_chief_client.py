@@ -53,13 +53,22 @@ def _ask() -> CheckpointAsk:
     return CheckpointAsk(StopCause.SUSPEND, ("c",), ("chief-uid",), "chief-uid", "127.0.0.1", 3.0, 7.0)
 
 
-def _asked(handler: Callable[[web.Request], Awaitable[web.Response]] | None, ask: CheckpointAsk) -> Any:
-    """The outcome of asking a chief served by `handler` on loopback (None: nothing listens)."""
+def _asked(
+    handler: Callable[[web.Request], Awaitable[web.Response]] | None,
+    ask: CheckpointAsk,
+    refusals: chief_client.Refusals | None = None,
+) -> Any:
+    """The outcome of asking a chief served by `handler` on loopback (None: nothing listens), which
+    also serves its progress."""
+
+    async def progress(request: web.Request) -> web.Response:
+        return web.json_response({"step": 5})
 
     async def scenario() -> Any:
         app = web.Application()
         if handler is not None:
             app.router.add_post(CHECKPOINT_PATH, handler)
+            app.router.add_get(PROGRESS_PATH, progress)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -69,7 +78,7 @@ def _asked(handler: Callable[[web.Request], Awaitable[web.Response]] | None, ask
             await runner.cleanup()
         try:
             async with chief_client.chief_session() as session:
-                return await chief_client.ask_checkpoint(session, port, ask, None, None)
+                return await chief_client.ask_checkpoint(session, port, ask, refusals, None)
         finally:
             await runner.cleanup()
 
@@ -104,8 +113,19 @@ def test_a_refusal_or_an_answer_that_is_no_checkpoint_answer_is_an_outcome_witho
 def test_nothing_listening_or_a_chief_that_refused_its_progress_port_is_no_wait() -> None:
     assert "could not be asked" in (_asked(None, _ask()).answer.reason or "")
     refusals = chief_client.refused(None, "chief-uid", 0.0)
-    skipped = asyncio.run(chief_client.ask_checkpoint(None, 1, _ask(), refusals, None))
+    skipped = _asked(None, _ask(), refusals)
     assert "does not serve its progress port" in (skipped.answer.reason or "")
+
+
+def test_a_chief_that_refused_while_it_started_and_serves_now_is_asked() -> None:
+    """Its polls back off after the refusals of its start; a stop does not wait for the next one."""
+
+    async def chief(request: web.Request) -> web.Response:
+        return web.json_response({"checkpointStep": 340, "checkpointPath": "s3://b/c-4", "saved": True})
+
+    refusals = chief_client.refused(chief_client.refused(None, "chief-uid", 0.0), "chief-uid", 0.0)
+    outcome = _asked(chief, _ask(), refusals)
+    assert outcome.saved and outcome.answer.checkpoint_step == 340
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -167,10 +167,17 @@ async def ask_checkpoint(
     token: str | None,
 ) -> CheckpointOutcome:
     """POST the checkpoint request to the chief and wait for its answer, up to the ask's deadline.
-    A chief whose progress port refused lately (a plain TensorFlow image) is not asked."""
-    if session is None or (refusals is not None and refusals.pod_uid == ask.chief_uid):
-        why = "the chief does not serve its progress port (no checkpoint on demand in its image)"
+    A chief whose progress port refused lately is asked only if the port answers now (a runtime
+    that was still starting); one that still does not serve it (a plain TensorFlow image, or a hung
+    runtime) is not asked, and the stop does not wait for it."""
+    why = "the chief does not serve its progress port (no checkpoint on demand in its image)"
+    if session is None:
         return _outcome(ask, None, why)
+    if refusals is not None and refusals.pod_uid == ask.chief_uid:
+        try:
+            await fetch_progress(session, ask.chief_ip, port, token)
+        except NotServing:
+            return _outcome(ask, None, why)
     url = f"http://{ask.chief_ip}:{port}{CHECKPOINT_PATH}"
     body = {"deadlineSeconds": ask.deadline_seconds, "holdSeconds": ask.hold_seconds}
     timeout = aiohttp.ClientTimeout(total=ask.deadline_seconds + ANSWER_MARGIN_SECONDS)
