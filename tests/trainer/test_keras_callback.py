@@ -23,7 +23,6 @@ pytestmark = pytest.mark.tensorflow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-code" / "train.py"
 ENTRYPOINT = [sys.executable, str(EXAMPLE)]
-SERVERS = ("ps-0", "ps-1", "worker-0", "worker-1")
 # A step interval no test reaches: the chief then saves only when asked (and at the end of fit).
 NO_CADENCE = 10**9
 # Epochs no test waits out: the chief trains until the test stops it.
@@ -35,28 +34,18 @@ def cluster(network: PrivateNetwork, tmp_path_factory: pytest.TempPathFactory) -
     """The example's parameter servers and workers running; its chief ready to start."""
     workdir = tmp_path_factory.mktemp("keras")
     local = LocalCluster(ctr_job(workdir / "unused", [], model=[]), workdir, network)
-    for key in SERVERS:
-        local.start(key, ENTRYPOINT)
+    local.ensure_servers(ENTRYPOINT)
     try:
         yield local
     finally:
         local.stop_all()
 
 
-def ensure_servers(cluster: LocalCluster) -> None:
-    """Restart any ps or worker an earlier test left dead, as their StatefulSet would."""
-    for key in SERVERS:
-        process = cluster.processes.get(key)
-        if process is None or process.poll() is not None:
-            cluster.start(key, ENTRYPOINT)
-
-
 def start_chief(
     cluster: LocalCluster, checkpoint_dir: Path, args: list[str], interval_steps: int, attempt: int = 0
 ) -> Process:
     job = ctr_job(checkpoint_dir, args, model=[], interval_steps=interval_steps)
-    cluster.rerender(job, attempt=attempt)
-    return cluster.start("chief-0", ENTRYPOINT)
+    return cluster.start_chief(job, attempt, ENTRYPOINT)
 
 
 def checkpoints(directory: Path) -> set[str]:
@@ -66,7 +55,7 @@ def checkpoints(directory: Path) -> set[str]:
 def test_fit_reports_progress_saves_on_the_cadence_and_finishes(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    ensure_servers(cluster)
+    cluster.ensure_servers(ENTRYPOINT)
     ckpt = tmp_path / "ckpt"
     chief = start_chief(cluster, ckpt, ["--epochs=3", "--steps-per-epoch=20"], interval_steps=25)
 
@@ -95,7 +84,7 @@ def test_fit_reports_progress_saves_on_the_cadence_and_finishes(
 def test_a_checkpoint_request_and_sigterm_save_between_steps_and_fit_resumes_there(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    ensure_servers(cluster)
+    cluster.ensure_servers(ENTRYPOINT)
     ckpt = tmp_path / "ckpt"
     chief = start_chief(cluster, ckpt, FOREVER, interval_steps=NO_CADENCE)
     before = progress_where(cluster, chief, "the first steps", lambda r: r.step >= 5)
@@ -126,7 +115,7 @@ def test_a_checkpoint_request_and_sigterm_save_between_steps_and_fit_resumes_the
 
 
 def test_a_lost_parameter_server_exits_retryable(cluster: LocalCluster, tmp_path: Path) -> None:
-    ensure_servers(cluster)
+    cluster.ensure_servers(ENTRYPOINT)
     chief = start_chief(cluster, tmp_path / "ckpt", FOREVER, interval_steps=NO_CADENCE)
     progress_where(cluster, chief, "the first steps", lambda r: r.step > 0)
     ps = cluster.processes["ps-1"]
@@ -135,4 +124,4 @@ def test_a_lost_parameter_server_exits_retryable(cluster: LocalCluster, tmp_path
     assert wait_exit(chief, 120) == ExitCode.RETRYABLE, chief.log()[-4000:]
     report = chief.termination_message()
     assert report is not None and report.exit_code == ExitCode.RETRYABLE
-    ensure_servers(cluster)
+    cluster.ensure_servers(ENTRYPOINT)

@@ -29,7 +29,6 @@ pytestmark = pytest.mark.tensorflow
 
 BUCKET = "ctr-checkpoints"
 SECRET = "ctr-s3"
-SERVERS = ("ps-0", "ps-1", "worker-0", "worker-1")
 STORE_HOST = "store"
 
 
@@ -80,8 +79,7 @@ def s3_cluster(
             workdir, store_host.ip, BUCKET, log, prefix=prefix, answers=_in(network), bind="0.0.0.0"
         )
         try:
-            for key in SERVERS:
-                local.start(key)
+            local.ensure_servers()
             yield local
         finally:
             local.stop_all()
@@ -102,18 +100,6 @@ def _in(network: PrivateNetwork) -> Callable[[str, int], bool]:
     return answers
 
 
-def ensure_servers(cluster: LocalCluster) -> None:
-    for key in SERVERS:
-        process = cluster.processes.get(key)
-        if process is None or process.poll() is not None:
-            cluster.start(key)
-
-
-def start_chief(cluster: LocalCluster, job: dict[str, Any], attempt: int = 0) -> Process:
-    cluster.rerender(job, attempt=attempt)
-    return cluster.start("chief-0")
-
-
 def shard_uploads(process: Process, run: str) -> set[str]:
     """The checkpoint shards whose data a process uploaded: `ckpt-N.part-I-of-M` (TensorFlow's
     name for a shard of an s3:// checkpoint before the chief merges them)."""
@@ -125,10 +111,10 @@ def test_a_job_checkpoints_to_the_bucket_each_ps_its_own_shards_and_resumes_afte
     s3_cluster: LocalCluster,
 ) -> None:
     cluster = s3_cluster
-    ensure_servers(cluster)
+    cluster.ensure_servers()
     total, interval = 600, 100
     job = s3_job("resume", [f"--steps={total}"], interval_steps=interval)
-    chief = start_chief(cluster, job)
+    chief = cluster.start_chief(job)
     report = progress_where(
         cluster, chief, "a checkpoint at step 200 or later", lambda r: (r.checkpoint_step or 0) >= 200
     )
@@ -149,7 +135,7 @@ def test_a_job_checkpoints_to_the_bucket_each_ps_its_own_shards_and_resumes_afte
 
     cluster.start("ps-1")
     began = time.monotonic()
-    resumed_chief = start_chief(cluster, job, attempt=1)
+    resumed_chief = cluster.start_chief(job, attempt=1)
     resumed = progress_where(
         cluster, resumed_chief, "the resumed step", lambda r: r.resumed_from_step is not None
     )
@@ -183,7 +169,7 @@ def test_storage_that_is_not_there_ends_the_chief_with_the_configuration_code(
     )
     if "dir" in change:
         job["spec"]["checkpoint"]["dir"] = change["dir"]
-    chief = start_chief(s3_cluster, job)
+    chief = s3_cluster.start_chief(job)
     assert wait_exit(chief, STARTUP_SECONDS) == ExitCode.BAD_CONFIG, chief.log()[-4000:]
     report = chief.termination_message()
     assert report is not None and report.message is not None, case

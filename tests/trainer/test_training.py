@@ -22,7 +22,6 @@ from psoperator.contract import CheckpointStatus, ExitCode, ProgressReport
 
 pytestmark = pytest.mark.tensorflow
 
-SERVERS = ("ps-0", "ps-1", "worker-0", "worker-1")
 # Five TensorFlow processes starting at once on two cores take a while to import TensorFlow.
 STARTUP_SECONDS = 120.0
 # A step interval no test reaches: the chief then saves only when asked (and at the last step).
@@ -33,23 +32,10 @@ def measure(name: str, value: float, unit: str) -> None:
     print(f"MEASURE {name}={value:.2f} {unit}")
 
 
-def ensure_servers(cluster: LocalCluster) -> None:
-    """Restart any ps or worker an earlier test left dead, as their StatefulSet would."""
-    for key in SERVERS:
-        process = cluster.processes.get(key)
-        if process is None or process.poll() is not None:
-            cluster.start(key)
-
-
-def start_chief(cluster: LocalCluster, job: dict[str, object], attempt: int = 0) -> Process:
-    cluster.rerender(job, attempt=attempt)
-    return cluster.start("chief-0")
-
-
 def test_full_run_serves_progress_finishes_and_is_idempotent(cluster: LocalCluster, tmp_path: Path) -> None:
-    ensure_servers(cluster)
+    cluster.ensure_servers()
     job = ctr_job(tmp_path / "ckpt", ["--steps=400"])
-    chief = start_chief(cluster, job)
+    chief = cluster.start_chief(job)
     evaluator = cluster.start("evaluator-0")
 
     running = progress_where(cluster, chief, "the first steps", lambda r: r.state == "running" and r.step > 0)
@@ -82,7 +68,7 @@ def test_full_run_serves_progress_finishes_and_is_idempotent(cluster: LocalClust
     assert evaluations and int(evaluations[-1]) == 400, evaluator.log()[-4000:]
 
     # Restarted by mistake after success: done at once, without touching the cluster.
-    again = start_chief(cluster, job, attempt=1)
+    again = cluster.start_chief(job, attempt=1)
     assert wait_exit(again, 60) == ExitCode.SUCCEEDED, again.log()[-4000:]
     repeat = again.termination_message()
     assert repeat is not None and (repeat.state, repeat.step, repeat.resumed_from_step) == (
@@ -94,10 +80,10 @@ def test_full_run_serves_progress_finishes_and_is_idempotent(cluster: LocalClust
 
 
 def test_lost_ps_restarts_chief_from_latest_checkpoint(cluster: LocalCluster, tmp_path: Path) -> None:
-    ensure_servers(cluster)
+    cluster.ensure_servers()
     interval, total = 100, 1200
     job = ctr_job(tmp_path / "ckpt", [f"--steps={total}"], interval_steps=interval)
-    chief = start_chief(cluster, job)
+    chief = cluster.start_chief(job)
     progress_where(
         cluster,
         chief,
@@ -123,8 +109,8 @@ def test_lost_ps_restarts_chief_from_latest_checkpoint(cluster: LocalCluster, tm
 
     # The operator replaces the chief at once, before the PS is back: the chief waits for it, and
     # its connect watchdog ends the wait when it lasts too long.
-    impatient = start_chief(
-        cluster, ctr_job(tmp_path / "ckpt", [f"--steps={total}"], connect_timeout_seconds=4), 1
+    impatient = cluster.start_chief(
+        ctr_job(tmp_path / "ckpt", [f"--steps={total}"], connect_timeout_seconds=4), 1
     )
     assert wait_exit(impatient, 90) == ExitCode.RETRYABLE, impatient.log()[-4000:]
     gave_up = impatient.termination_message()
@@ -132,7 +118,7 @@ def test_lost_ps_restarts_chief_from_latest_checkpoint(cluster: LocalCluster, tm
     assert gave_up.message is not None and "did not answer within 4 s" in gave_up.message
 
     cluster.start("ps-1")
-    resumed_chief = start_chief(cluster, job, attempt=2)
+    resumed_chief = cluster.start_chief(job, attempt=2)
     resumed = progress_where(
         cluster, resumed_chief, "the resumed step", lambda r: r.resumed_from_step is not None
     )
@@ -146,9 +132,9 @@ def test_lost_ps_restarts_chief_from_latest_checkpoint(cluster: LocalCluster, tm
 
 
 def test_bug_in_model_exits_permanent(cluster: LocalCluster, tmp_path: Path) -> None:
-    ensure_servers(cluster)
+    cluster.ensure_servers()
     args = ["--steps=1000", "--inject-fault=model-bug", "--fault-at-step=50"]
-    chief = start_chief(cluster, ctr_job(tmp_path / "ckpt", args))
+    chief = cluster.start_chief(ctr_job(tmp_path / "ckpt", args))
     assert wait_exit(chief, STARTUP_SECONDS) == ExitCode.PERMANENT, chief.log()[-4000:]
     report = chief.termination_message()
     assert report is not None and report.exit_code == ExitCode.PERMANENT and report.state == "failed"
@@ -160,9 +146,9 @@ def chief_training(
     cluster: LocalCluster, tmp_path: Path
 ) -> tuple[Process, dict[str, object], ProgressReport]:
     """Every server up and a chief past its first steps, which saves only when asked."""
-    ensure_servers(cluster)
+    cluster.ensure_servers()
     job = ctr_job(tmp_path / "ckpt", ["--steps=1000000"], interval_steps=NO_CADENCE)
-    chief = start_chief(cluster, job)
+    chief = cluster.start_chief(job)
     return chief, job, progress_where(cluster, chief, "the first steps", lambda r: r.step > 0)
 
 
@@ -222,7 +208,7 @@ def test_checkpoint_request_saves_now_holds_and_a_new_chief_resumes_there(
     chief.signal(signal.SIGKILL)
     wait_exit(chief, 10)
 
-    resumed_chief = start_chief(cluster, job, attempt=1)
+    resumed_chief = cluster.start_chief(job, attempt=1)
     resumed = progress_where(
         cluster, resumed_chief, "the resumed step", lambda r: r.resumed_from_step is not None
     )

@@ -173,6 +173,20 @@ class LocalCluster:
             raise ValueError("rerender may not change the cluster's tasks")
         self.job, self.pods = job, fresh
 
+    def ensure_servers(self, entrypoint: Sequence[str] | None = None) -> None:
+        """Restart any ps or worker an earlier test left dead, as their StatefulSet would."""
+        for key in self.pods:
+            process = self.processes.get(key)
+            if key.startswith(("ps-", "worker-")) and (process is None or process.poll() is not None):
+                self.start(key, entrypoint)
+
+    def start_chief(
+        self, job: Manifest, attempt: int = 0, entrypoint: Sequence[str] | None = None
+    ) -> Process:
+        """The chief of `job` (the cluster's tasks, other args) for this attempt."""
+        self.rerender(job, attempt=attempt)
+        return self.start("chief-0", entrypoint)
+
     def start(self, key: str, entrypoint: Sequence[str] | None = None) -> Process:
         """Start a pod's process; with `entrypoint`, that program in place of the image's
         entrypoint, with the pod's args and env."""
