@@ -609,11 +609,11 @@ SECRETS, JOBS = f"/api/v1/namespaces/{NS}/secrets", f"/apis/batch/v1/namespaces/
 
 
 def test_the_chiefs_token_secret_is_created_just_before_its_job_and_never_read_back() -> None:
-    made = {"kind": "Secret", "metadata": {"name": "ctr-chief-token"}, "data": {"token": "dHR0"}}
+    made = {"kind": "Secret", "metadata": {"name": "ctr-chief-token-job-uid"}, "data": {"token": "dHR0"}}
     kube, result = _creating_the_chief(made, 201)
     assert kube.calls == [("POST", SECRETS), ("POST", JOBS)]
     assert kube.bodies[0][1]["stringData"] == {"token": "t" * 64}
-    assert result.created == ["Secret/ctr-chief-token", "Job/ctr-chief"]
+    assert result.created == ["Secret/ctr-chief-token-job-uid", "Job/ctr-chief"]
     assert all(child["kind"] != "Secret" for child in result.written)  # not into the watch cache
 
 
@@ -627,7 +627,7 @@ def test_a_token_secret_refused_is_told_and_the_chief_still_runs() -> None:
     refusal = {"kind": "Status", "message": 'secrets is forbidden: cannot create resource "secrets"'}
     _, result = _creating_the_chief(refusal, 403)
     assert result.rejected == {
-        "Secret/ctr-chief-token": 'secrets is forbidden: cannot create resource "secrets"'
+        "Secret/ctr-chief-token-job-uid": 'secrets is forbidden: cannot create resource "secrets"'
     }
     assert result.created == ["Job/ctr-chief"]
 

@@ -150,6 +150,13 @@ def test_chief_success_finishes_and_stops_the_other_roles() -> None:
     assert plan.status["checkpoint"]["step"] == 100
     assert plan.render is not None and plan.render.stopped
     assert _conditions(plan.status)["Succeeded"] == ("True", "ChiefCompleted")
+    # The parameter servers go at once: the chief that needed them is gone.
+    assert plan.delete_pods == [PodDeletion(f"ctr-ps-{i}", f"ctr-ps-{i}-uid", 1) for i in (0, 1)]
+    stopping = [_completed_chief(), pod("ps", 0, deleting=True), *BASE[2:]]
+    later = plan_reconcile(
+        {**job(), "status": plan.status}, observed(stopping, chief_job(complete=True)), None, NOW
+    )
+    assert later.delete_pods == [PodDeletion("ctr-ps-1", "ctr-ps-1-uid", 1)]
 
 
 def test_clean_pod_policy_none_keeps_pods() -> None:
@@ -164,7 +171,7 @@ def test_clean_pod_policy_none_keeps_pods() -> None:
         None,
         NOW,
     )
-    assert plan.render is not None and not plan.render.stopped
+    assert plan.render is not None and not plan.render.stopped and plan.delete_pods == []
     # A finished job's pods are no longer watched for failures.
     assert plan.status["tracking"] == {"psEstablished": False, "pods": {}}
 
@@ -313,6 +320,30 @@ def test_a_job_resumed_while_its_deleted_chief_jobs_pod_still_runs_waits_for_it(
     resumed_chief = plan_reconcile({**job(), "status": gone.status}, new, None, NOW)
     assert not resumed_chief.hold_chief and resumed_chief.delete_pods == []
     assert resumed_chief.status["restarts"] == 0
+
+
+def test_a_job_made_again_under_a_deleted_ones_name_waits_for_its_draining_pods() -> None:
+    """A job deleted and made again at once: the old one's parameter servers still drain (their
+    StatefulSet is gone, they answer at the new job's addresses). The new chief waits until they
+    are gone, and the job says why; then the chief Job is created and the job counts as created."""
+    draining = []
+    for index in (0, 1):
+        old = pod("ps", index, uid=f"old-ps-{index}", deleting=True)
+        old["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "old-sts"}]
+        draining.append(old)
+    children = observed([]).children  # made at the first reconcile
+    first = plan_reconcile(job(), Observed(former=observed(draining).pods, children=children), None, NOW)
+    assert first.hold_chief and first.awaits_departure and first.requeue_after == 0.5
+    assert _chief_job_changes(first, []) == []
+    said = "pods of an earlier job named ctr are still there (ctr-ps-0, ctr-ps-1)"
+    assert _conditions(first.status)["Created"] == ("False", "FormerPodsRemain")
+    assert [(e.reason, e.message.startswith(said)) for e in first.events] == [("FormerPodsRemain", True)]
+    one_left = Observed(former=observed(draining[1:]).pods, children=children)
+    again = plan_reconcile({**job(), "status": first.status}, one_left, None, NOW)
+    assert again.hold_chief and again.events == []  # told once
+    gone = plan_reconcile({**job(), "status": again.status}, Observed(children=children), None, NOW)
+    assert not gone.hold_chief and _chief_job_changes(gone, []) == [(ChildVerb.CREATE, "0")]
+    assert _conditions(gone.status)["Created"] == ("True", "ChildrenCreated")
 
 
 def test_deadline_fails_the_job() -> None:

@@ -203,8 +203,9 @@ def test_a_statefulsets_new_template_is_in_place_before_its_pods_are_deleted() -
 
 
 def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is_read_fresh() -> None:
-    """A new job (no status: nothing of ours exists) gets its status and children without a read;
-    once it has a status, a reconcile that acts reads the job and its children first."""
+    """A new job (no status: nothing of ours exists) gets its status and children with one read, of
+    its pods (an earlier job's of its name may still be there: plan/stages.await_former_job); once
+    it has a status, a reconcile that acts reads the job and its children first."""
     new = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     written = new | {"metadata": {**new["metadata"], "resourceVersion": "8"}, "status": {"phase": "Pending"}}
 
@@ -220,14 +221,42 @@ def test_a_job_never_acted_on_is_decided_from_the_watch_and_one_with_a_status_is
         return kube.calls
 
     calls = first_reconcile(new)
-    assert [method for method, _ in calls if method == "GET"] == []
-    assert calls[0] == ("PATCH", f"{path}/status")
+    assert [call for call in calls if call[0] == "GET"] == [("GET", "/api/v1/namespaces/team-a/pods")]
+    assert calls[0][0] == "GET" and calls[1] == ("PATCH", f"{path}/status")
     assert len([method for method, _ in calls if method == "POST"]) == len(render_children(new))
     acted_on = first_reconcile(builders.with_status(new, phase="Pending"))
     # The job, its pods and its chief Jobs, read at once: in whichever order their threads send them.
     reads = acted_on[:3]
     assert ("GET", path) in reads
     assert [method for method, _ in reads] == ["GET"] * 3
+
+
+def test_a_new_jobs_chief_waits_for_an_earlier_jobs_pod_that_only_the_api_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job made again under the name of one just deleted, whose parameter server still drains: the
+    watch dropped that pod with the earlier job, the read of the new job's pods shows it. Its
+    StatefulSets and Services are made; its chief Job (and token) are not."""
+    new = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
+    path = f"/apis/{GROUP}/v1alpha1/namespaces/team-a/pstrainingjobs/ctr"
+    draining = builders.pod("ps", 0, uid="earlier-ps-0", deleting=True)
+    draining["metadata"]["ownerReferences"] = [
+        {"kind": "StatefulSet", "name": "ctr-ps", "uid": "earlier-sts"}
+    ]
+    kube = RecordingKube()
+    kube.wire.by_path = {
+        path: new,
+        f"{path}/status": new | {"status": {"phase": "Pending"}},
+        "/api/v1/namespaces/team-a/pods": {"items": [draining]},
+    }
+    state = OperatorState(kube, Metrics(), Config(chief_key=ChiefKey(b"k" * 32)))
+    state.cache.job_seen("team-a", "ctr", new)
+    told: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda _job, type, reason, message: told.append(reason))
+    asyncio.run(reconciler.reconcile_once(state, "team-a", "ctr", logging.getLogger("test")))
+    assert told == ["FormerPodsRemain"]
+    posted = [path.rsplit("/", 1)[1] for method, path in kube.calls if method == "POST"]
+    assert "statefulsets" in posted and "jobs" not in posted and "secrets" not in posted, posted
 
 
 def test_a_new_chief_job_comes_after_its_token_secret() -> None:

@@ -360,7 +360,7 @@ def test_the_chiefs_trainer_alone_mounts_the_jobs_token_and_is_told_where() -> N
     proxy, main = template["spec"]["containers"]
     [volume] = [v for v in template["spec"]["volumes"] if v["name"] == "psoperator-chief-token"]
     # Optional: a chief whose Secret the operator could not make still trains (answering nobody).
-    assert volume["secret"] == {"secretName": "ctr-chief-token", "optional": True}
+    assert volume["secret"] == {"secretName": "ctr-chief-token-job-uid", "optional": True}
     [mount] = main["volumeMounts"]
     path = _env(main)[contract.ENV_CHIEF_TOKEN_FILE]
     assert mount["readOnly"] and path == f"{mount['mountPath']}/token"
@@ -370,6 +370,19 @@ def test_the_chiefs_trainer_alone_mounts_the_jobs_token_and_is_told_where() -> N
         pod = manifest["spec"]["template"]["spec"]
         assert "psoperator-chief-token" not in {v["name"] for v in pod.get("volumes", [])}
         assert all(contract.ENV_CHIEF_TOKEN_FILE not in _env(c) for c in pod["containers"])
+
+
+def test_a_job_made_again_under_its_name_has_a_token_secret_of_its_own() -> None:
+    """The Secret of a job just deleted may outlive it a moment: taken as the new job's, its chief
+    would hold the old token and refuse the operator for good."""
+    again = job()
+    again["metadata"]["uid"] = "2b7e1516-28ae-d2a6-abf7-158809cf4f3c"
+    secret = render_chief_token(again, "t" * 64)["metadata"]["name"]
+    [volume] = [
+        v for v in _chief(render_children(again))["spec"]["template"]["spec"]["volumes"] if "secret" in v
+    ]
+    assert secret == volume["secret"]["secretName"] == "ctr-chief-token-2b7e1516"
+    assert secret != render_chief_token(job(), "t" * 64)["metadata"]["name"]
 
 
 def test_a_token_file_the_template_names_is_the_operators() -> None:
@@ -385,7 +398,7 @@ def test_a_token_file_the_template_names_is_the_operators() -> None:
 
 def test_the_token_secret_is_the_jobs_and_immutable() -> None:
     secret = render_chief_token(job(), "t" * 64)
-    assert secret["metadata"]["name"] == "ctr-chief-token" and secret["metadata"]["namespace"] == NS
+    assert secret["metadata"]["name"] == "ctr-chief-token-job-uid" and secret["metadata"]["namespace"] == NS
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "job-uid"
     assert secret["metadata"]["labels"]["psoperator.io/job-name"] == "ctr"
     assert secret["immutable"] is True and secret["stringData"] == {"token": "t" * 64}

@@ -11,7 +11,7 @@ import pytest
 from psoperator.api.models import PSTrainingJobSpec, PSTrainingJobStatus
 from psoperator.api.vocabulary import ConditionType, Phase
 from psoperator.contract import Role
-from psoperator.observe.views import Observed, owned_pods, parse_pod
+from psoperator.observe.views import Observed, build_observed, owned_pods, parse_pod
 from psoperator.plan import stages
 from psoperator.plan.draft import Draft, Event
 from psoperator.plan.stages import (
@@ -80,6 +80,7 @@ def test_the_stages_run_in_the_documented_order() -> None:
         "detect_stall",
         "recycle_parameter_servers",
         "retire_old_chiefs",
+        "await_former_job",
     ]
 
 
@@ -272,6 +273,28 @@ def test_pods_of_an_older_chief_job_count_as_ours_after_that_job_is_deleted() ->
     ours["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "sts-uid"}]
     views = [parse_pod(p) for p in (old, stranger, ours)]
     assert [p.name for p in owned_pods(views, {"sts-uid"}, "ctr")] == ["ctr-chief-0x", "ctr-ps-1"]
+
+
+def test_pods_of_an_earlier_job_of_the_name_at_its_addresses_are_former_pods() -> None:
+    """An earlier job's parameter servers and workers, their StatefulSets gone, hold this job's
+    addresses until they have ended; other pods with the labels do not."""
+    ours = pod("ps", 0)
+    ours["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "sts-uid"}]
+    earlier = [pod("ps", 1, uid="old-ps"), pod("worker", 0, uid="old-worker", deleting=True)]
+    ended = pod("worker", 1, uid="old-done", phase="Succeeded")
+    other = pod("ps", 2, uid="other")
+    other["metadata"]["name"] = "ctr-ps-copy"
+    chief = pod("chief", 0, attempt=0)
+    for obj in (*earlier, ended, other, chief):
+        obj["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "ctr-ps", "uid": "old-sts"}]
+    seen = build_observed(
+        [{"kind": "StatefulSet", "metadata": {"name": "ctr-ps", "uid": "sts-uid"}}],
+        [parse_pod(p) for p in (ours, *earlier, ended, other, chief)],
+        "ctr",
+        {},
+    )
+    assert [p.name for p in seen.former] == ["ctr-ps-1", "ctr-worker-0"]
+    assert [p.name for p in seen.pods] == ["ctr-ps-0"]
 
 
 def _without_policies(seen: Observed) -> Observed:

@@ -44,8 +44,10 @@ def tf_config_map_name(job_name: str) -> str:
     return f"{job_name}-tf-config"
 
 
-def chief_token_secret_name(job_name: str) -> str:
-    return f"{job_name}-chief-token"
+def chief_token_secret_name(job_name: str, job_uid: str) -> str:
+    """The Secret of the job's chief token: named for this job, not another of its name (one just
+    deleted, whose Secret the garbage collector has not removed yet, holds another token)."""
+    return f"{job_name}-chief-token-{job_uid[:8]}"
 
 
 def selector_labels(job_name: str, role: Role) -> dict[str, str]:

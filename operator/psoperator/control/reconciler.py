@@ -7,8 +7,9 @@ pods and its chief Jobs fresh from the API (ACT_READ: 3 requests; every kind of 
 decides again: the watch may lag the API server by a few events, and the restart counter and the
 chief's attempt must be read where they were last written, or a restart could be made twice. The
 other children come from the cache, which holds the operator's own writes as the API server answered
-them. A job never acted on (no status: nothing of ours exists yet) is the exception: its
-status write names the version it was decided on, and the API server refuses it (StaleJob) if
+them. A job never acted on (no status: nothing of ours exists yet) is the exception: only its pods
+are read (an earlier job's of its name may still be there, which the watch dropped with that job);
+its status write names the version it was decided on, and the API server refuses it (StaleJob) if
 another writer came first.
 
     reconcile_once
@@ -65,7 +66,7 @@ from psoperator.kube import ApplyResult, in_thread
 from psoperator.metrics.readings import read_job
 from psoperator.observe.cache import JobKey, Snapshot
 from psoperator.observe.failures import unexplained
-from psoperator.observe.views import Observed, PodView, build_observed, owned_by, owned_pods, parse_pod
+from psoperator.observe.views import Observed, PodView, build_observed, owned_by, parse_pod
 from psoperator.plan.children import ChildChange, children_fingerprint, plan_children, with_chief_token
 from psoperator.plan.draft import ReconcilePlan
 from psoperator.plan.stages import plan_reconcile
@@ -144,6 +145,19 @@ async def read_fresh(
     return Snapshot(job, children + kept, pods)
 
 
+async def read_pods(state: OperatorState, job_state: JobState, key: JobKey) -> Snapshot | None:
+    """The job's pods from the API into the cache, the rest from the cache: for a job never acted
+    on, which the watch shows no pod of an earlier job of its name (it dropped them with that job)."""
+    started = time.monotonic()
+    pods = await in_thread(state.kube.list_pods, *key, parse_pod)
+    held = state.cache.snapshot(key)
+    if held is None:
+        return None
+    state.remember_vanished(state.cache.read_fresh(key, held.job, [], pods, started, ()))
+    job_state.pods_read_at = started
+    return state.cache.snapshot(key)
+
+
 async def observe(
     state: OperatorState, seen: Snapshot, fresh: bool, tracking: dict[str, TrackedPod]
 ) -> Observed:
@@ -151,11 +165,10 @@ async def observe(
     waiting a little for how the `tracking`'s pods that went away ended."""
     job = seen.job
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
-    owners = {c["metadata"]["uid"] for c in seen.children if owned_by(c, uid)}
     ours = [c for c in seen.children if owned_by(c, uid)]
 
     def of(listed: list[PodView]) -> Observed:
-        return build_observed(ours, owned_pods(listed, owners, name), name, dict(state.departed))
+        return build_observed(ours, listed, name, dict(state.departed))
 
     observed, key = of(seen.pods), (job["metadata"]["namespace"], name)
     # A pod replaced between two reconciles: its last state may still be on its way through the watch.
@@ -283,8 +296,9 @@ def chief_token(state: OperatorState, job: Obj) -> str | None:
 
 def never_acted_on(seen: Snapshot | None) -> bool:
     """A job with no status has no children of ours: every reconcile writes the status before it
-    creates anything. Deciding on it needs no fresh read: its status write names the version it was
-    decided on, and the API server refuses it (StaleJob) if another writer came first."""
+    creates anything. Deciding on it needs no fresh read of the job and its children: its status
+    write names the version it was decided on, and the API server refuses it (StaleJob) if another
+    writer came first."""
     return seen is not None and not seen.job.get("status")
 
 
@@ -301,7 +315,7 @@ async def reconcile_once(
     key = (namespace, name)
     job_state = state.job(key, logger)
     seen = state.cache.snapshot(key)
-    new = never_acted_on(seen)  # decided and acted on from the watch alone
+    new = never_acted_on(seen)  # decided and acted on from the watch and its pods read
     # A job's first read (a new loop: the watches may not have listed its children yet) is not paced;
     # -inf is a full read due at its turn (after a failed reconcile).
     first = job_state.read_at is None
@@ -312,6 +326,8 @@ async def reconcile_once(
     if fresh:
         seen = await read_fresh(state, job_state, key, full)
         job_state.stale = False
+    elif new:
+        seen = await read_pods(state, job_state, key)
     if seen is None or seen.job["metadata"].get("deletionTimestamp"):
         return None
     decision = await decide(state, job_state, seen, fresh)

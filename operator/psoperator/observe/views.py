@@ -314,6 +314,9 @@ class Observed:
     # A queued job's Workload (the first by name if several are left), and what was read of Kueue.
     workload: WorkloadView | None = None
     kueue: KueueView | None = None
+    # Pods of an earlier job of the same name that still hold the names, and so the addresses, of
+    # this job's parameter servers and workers (former_pods).
+    former: list[PodView] = field(default_factory=list)
 
     def role_pods(self, role: Role) -> list[PodView]:
         return sorted(
@@ -379,18 +382,22 @@ def chief_job_of(pod: PodView) -> tuple[str, str] | None:
 def build_observed(
     children: list[Obj], pods: list[PodView], job_name: str, departed: dict[str, PodView]
 ) -> Observed:
-    """What one reconcile works from: the job's own children (kind set on each) and their pods."""
+    """What one reconcile works from: the job's own children (kind set on each), of the pods that
+    carry its labels those of its children (owned_pods) and those of an earlier job of its name
+    (former_pods)."""
     chief_name = child_name(job_name, Role.CHIEF)
     chief_job = next(
         (parse_job(c) for c in children if c["kind"] == "Job" and c["metadata"]["name"] == chief_name), None
     )
     workloads = sorted((c for c in children if c["kind"] == "Workload"), key=lambda c: c["metadata"]["name"])
+    owners = {str(c["metadata"].get("uid")) for c in children}
     return Observed(
-        pods=pods,
+        pods=owned_pods(pods, owners, job_name),
         chief_job=chief_job,
         children={(c["kind"], c["metadata"]["name"]): c for c in children},
         departed=departed,
         workload=parse_workload(workloads[0]) if workloads else None,
+        former=former_pods(pods, owners, job_name),
     )
 
 
@@ -405,6 +412,25 @@ def owned_pods(pods: list[PodView], owner_uids: set[str], job_name: str) -> list
         return older_chief or any(uid in owner_uids for _, _, uid in pod.owners)
 
     return [p for p in pods if ours(p)]
+
+
+def former_pods(pods: list[PodView], owner_uids: set[str], job_name: str) -> list[PodView]:
+    """The pods named as the job's StatefulSets name theirs (<job>-ps-0, <job>-worker-1) that its
+    StatefulSets do not own and that have not ended: those of an earlier job of the same name, just
+    deleted, still stopping (a parameter server drains on SIGTERM). They answer at the addresses of
+    this job's parameter servers and workers, and its StatefulSets cannot make theirs meanwhile."""
+    addressed = {child_name(job_name, role) for role in (Role.PS, Role.WORKER)}
+
+    def former(pod: PodView) -> bool:
+        base, _, index = pod.name.rpartition("-")
+        return (
+            base in addressed
+            and index.isdigit()
+            and pod.phase not in ("Succeeded", "Failed")
+            and not any(uid in owner_uids for _, _, uid in pod.owners)
+        )
+
+    return [p for p in pods if former(p)]
 
 
 def _metadata(obj: Obj) -> Obj:

@@ -195,8 +195,11 @@ class Draft(Actions):
         preemptor waits for them). Without that checkpoint they drain: the chief saves on its
         SIGTERM while they answer."""
         stop = self.status.last_planned_stop
-        if stop is None or stop.checkpoint_step is None or not planned_stop.covered(stop, ask):
-            return
+        if stop is not None and stop.checkpoint_step is not None and planned_stop.covered(stop, ask):
+            self.end_ps_drain()
+
+    def end_ps_drain(self) -> None:
+        """The parameter servers go in a second, not serving out their drain: nothing needs them."""
         self.delete_pods += [
             PodDeletion(p.name, p.uid, RECYCLED_PS_GRACE_SECONDS)
             for p in self.observed.role_pods(Role.PS)

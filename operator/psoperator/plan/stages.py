@@ -54,7 +54,6 @@ from psoperator.policies import (
 )
 from psoperator.policies.planned_stop import CheckpointOutcome, StopCause
 from psoperator.policies.recovery import TOLERATED_ROLES, RecoveryAction, RecoveryDecision
-from psoperator.render import RenderOptions
 from psoperator.render.networkpolicy import policy_names
 from psoperator.render.pod import overridden
 from psoperator.sizing.admission import SizingLevel, SizingVerdict, check_ps_memory
@@ -81,16 +80,23 @@ def _end(spec: PSTrainingJobSpec, d: Draft, phase: Phase, reason: str, message: 
     d.end(phase, reason, message)
     finish_workload(d, phase, message)
     d.status.tracking = Tracking()  # in the same write: its pods go away on purpose
-    d.render = _finished_options(spec, d, phase) if stop else None
-    d.create_missing = False
+    if stop:
+        _clean_up(spec, d, phase)
+    else:
+        d.render, d.create_missing = None, False
     d.requeue_after = ttl.seconds_left(spec, d.status, d.now)
     return DECIDED
 
 
-def _finished_options(spec: PSTrainingJobSpec, d: Draft, phase: Phase) -> RenderOptions:
-    """The children of an ended job: scaled down per cleanPodPolicy, a still-running chief stopped."""
+def _clean_up(spec: PSTrainingJobSpec, d: Draft, phase: Phase) -> None:
+    """An ended job's children, none created any more: scaled down per cleanPodPolicy, a
+    still-running chief stopped. After a success the parameter servers do not drain: the chief,
+    which saved its last checkpoint, is gone (and a job made again under the name waits for them)."""
     stop_chief = success.stop_chief_after_finish(spec, phase, d.observed, d.status.restarts)
-    return d.options(stopped=success.stop_pods_after_finish(spec), chief_stopped=stop_chief)
+    stopped = success.stop_pods_after_finish(spec)
+    d.render, d.create_missing = d.options(stopped=stopped, chief_stopped=stop_chief), False
+    if stopped and phase is Phase.SUCCEEDED:
+        d.end_ps_drain()
 
 
 def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
@@ -100,8 +106,7 @@ def when_finished(spec: PSTrainingJobSpec, d: Draft) -> bool:
     d.status.tracking = Tracking()  # pods go away on purpose: nothing to track
     finish_workload(d, d.old.phase, f"the job {d.old.phase.lower()}")
     left = ttl.seconds_left(spec, d.status, d.now)
-    d.render = _finished_options(spec, d, d.old.phase)
-    d.create_missing = False
+    _clean_up(spec, d, d.old.phase)
     d.delete_job = left is not None and left <= 0
     d.requeue_after = max(left, 0.0) if left is not None else None
     return DECIDED
@@ -390,7 +395,8 @@ def set_phase(spec: PSTrainingJobSpec, d: Draft) -> bool:
     old, status = d.old, d.status
     restarting = d.restarted or (status.restarts > 0 and is_true(old.conditions, ConditionType.RESTARTING))
     phase = Phase.RESTARTING if d.restarted else running_phase(spec, d.observed, status.restarts, restarting)
-    if d.observed.children and not is_true(d.status.conditions, ConditionType.NETWORK_POLICY_MISSING):
+    held = is_true(d.status.conditions, ConditionType.NETWORK_POLICY_MISSING) or d.observed.former
+    if d.observed.children and not held:
         message = "Services, StatefulSets and the chief Job exist"
         event = Event("Normal", "Created", f"{message}: {_roles(spec)}")
         d.condition(ConditionType.CREATED, True, "ChildrenCreated", message, event=event)
@@ -486,6 +492,28 @@ def retire_old_chiefs(spec: PSTrainingJobSpec, d: Draft) -> bool:
     return GO_ON
 
 
+def await_former_job(spec: PSTrainingJobSpec, d: Draft) -> bool:
+    """A job made again under the name of one just deleted: that job's parameter servers and workers
+    may still be there (stopping, or orphaned), at the addresses of this job's (Observed.former).
+    The chief is not created until they are gone: it would train with them, and fail when they
+    exit. A job not created yet says so in its Created condition, and once in an event."""
+    former = sorted(p.name for p in d.observed.former)
+    if not former:
+        return GO_ON
+    d.hold_chief = d.awaits_departure = True
+    d.wake_in(OLD_CHIEF_POLL_SECONDS)
+    if not is_true(d.old.conditions, ConditionType.CREATED):
+        message = (
+            f"pods of an earlier job named {d.name} are still there ({', '.join(former)}): they "
+            "answer at this job's addresses, so its chief is created once they are gone"
+        )
+        said = next((c.reason for c in d.old.conditions if c.type == ConditionType.CREATED), None)
+        if said != "FormerPodsRemain":
+            d.events.append(Event("Normal", "FormerPodsRemain", message))
+        d.condition(ConditionType.CREATED, False, "FormerPodsRemain", message)
+    return GO_ON
+
+
 def recycle_parameter_servers(spec: PSTrainingJobSpec, d: Draft) -> bool:
     """A restart restarts the PS that served the old chief, and the new chief waits until they are
     gone (a PS keeps a gone chief's variables, and a new chief would add a second copy) and their
@@ -536,6 +564,7 @@ STAGES: tuple[Stage, ...] = (
     detect_stall,
     recycle_parameter_servers,
     retire_old_chiefs,
+    await_former_job,
 )
 
 

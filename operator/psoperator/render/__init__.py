@@ -116,7 +116,8 @@ def render_children(job: Manifest, options: RenderOptions | None = None, **overr
     replicas = {Role.CHIEF: 1, Role.PS: spec.ps.replicas, Role.WORKER: spec.worker.replicas}
     cluster = cluster_spec(name, namespace, replicas, spec.port, opts.cluster_domain)
     inline = fits_environment(cluster)
-    templates = _pod_templates(spec, name, cluster if inline else None, opts.attempt)
+    token_secret = chief_token_secret_name(name, job["metadata"]["uid"])
+    templates = _pod_templates(spec, name, cluster if inline else None, opts.attempt, token_secret)
     # The ConfigMap first: pods that mount it wait for it.
     children: list[Manifest] = (
         [] if inline else [render_tf_config_map(name, namespace, replicas, spec.port, opts.cluster_domain)]
@@ -148,7 +149,7 @@ def render_chief_token(job: Manifest, token: str) -> Manifest:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": chief_token_secret_name(name),
+            "name": chief_token_secret_name(name, job["metadata"]["uid"]),
             "namespace": namespace,
             "labels": job_labels(name, "chief-token"),
             "ownerReferences": [_owner_reference(job)],
@@ -169,9 +170,10 @@ _RESTART_POLICIES = {
 
 
 def _pod_templates(
-    spec: PSTrainingJobSpec, name: str, cluster: dict[str, list[str]] | None, attempt: int
+    spec: PSTrainingJobSpec, name: str, cluster: dict[str, list[str]] | None, attempt: int, token_secret: str
 ) -> dict[Role, Manifest]:
-    """Each role's pod template; with `cluster`, the TF_CONFIG inline (else from the ConfigMap)."""
+    """Each role's pod template; with `cluster`, the TF_CONFIG inline (else from the ConfigMap); the
+    chief's mounts the Secret `token_secret`."""
     templates = {}
     for role, template in role_templates(spec).items():
         one = role in (Role.CHIEF, Role.EVALUATOR)  # a Job's one pod: its task index is 0
@@ -185,6 +187,7 @@ def _pod_templates(
             index=0 if one else None,
             restart_policy=_RESTART_POLICIES[role],
             attempt=attempt if role is Role.CHIEF else None,
+            token_secret=token_secret if role is Role.CHIEF else None,
         )
     return templates
 

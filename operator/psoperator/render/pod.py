@@ -23,7 +23,6 @@ from psoperator.api.names import (
     TF_CONFIG_DIR,
     TF_CONFIG_FILE,
     TF_CONFIG_VOLUME,
-    chief_token_secret_name,
     child_labels,
     child_name,
     tf_config_map_name,
@@ -170,11 +169,15 @@ _OWN_VOLUMES = frozenset({CHECKPOINT_VOLUME, TF_CONFIG_VOLUME, CHIEF_TOKEN_VOLUM
 
 
 def _our_volumes(
-    spec: PSTrainingJobSpec, job_name: str, role: Role, tf_config: str | None, pod_spec: Manifest
+    spec: PSTrainingJobSpec,
+    job_name: str,
+    tf_config: str | None,
+    token_secret: str | None,
+    pod_spec: Manifest,
 ) -> tuple[list[Manifest], list[Manifest]]:
-    """Put the checkpoint volume, without `tf_config` the job's TF_CONFIG ConfigMap, and in the
-    chief its token's Secret into the pod spec (replacing any of the same name); return the mounts
-    every container gets, and those the trainer alone gets.
+    """Put the checkpoint volume, without `tf_config` the job's TF_CONFIG ConfigMap, and with
+    `token_secret` (the chief's) the Secret of its token into the pod spec (replacing any of the
+    same name); return the mounts every container gets, and those the trainer alone gets.
 
     The Secret is optional: a chief whose Secret could not be made (the operator's RBAC lacks it,
     and says so in a ChildRejected event) still trains; its progress port then answers nobody.
@@ -188,8 +191,8 @@ def _our_volumes(
         volumes.append({"name": TF_CONFIG_VOLUME, "configMap": {"name": tf_config_map_name(job_name)}})
         mounts.append({"name": TF_CONFIG_VOLUME, "mountPath": TF_CONFIG_DIR, "readOnly": True})
     trainer_mounts: list[Manifest] = []
-    if role is Role.CHIEF:
-        secret = {"secretName": chief_token_secret_name(job_name), "optional": True}
+    if token_secret is not None:
+        secret = {"secretName": token_secret, "optional": True}
         volumes.append({"name": CHIEF_TOKEN_VOLUME, "secret": secret})
         trainer_mounts.append({"name": CHIEF_TOKEN_VOLUME, "mountPath": CHIEF_TOKEN_DIR, "readOnly": True})
     if volumes or "volumes" in pod_spec:
@@ -207,6 +210,7 @@ def render_pod_template(
     index: int | None,
     restart_policy: str,
     attempt: int | None = None,
+    token_secret: str | None = None,
 ) -> Manifest:
     """The full pod template of one role. `index` None: a StatefulSet's pods, indexed by the kubelet;
     `tf_config` None: the cluster comes from the job's ConfigMap, mounted in every container."""
@@ -229,7 +233,7 @@ def render_pod_template(
     pod_spec.setdefault("automountServiceAccountToken", False)
 
     env = storage_env(spec, role) + contract_env(spec, job_name, role, index, tf_config)
-    mounts, trainer_mounts = _our_volumes(spec, job_name, role, tf_config, pod_spec)
+    mounts, trainer_mounts = _our_volumes(spec, job_name, tf_config, token_secret, pod_spec)
     containers: list[Manifest] = pod_spec.setdefault("containers", [])
     for container in containers:
         if not container.get("image") and spec.image:
