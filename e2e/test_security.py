@@ -19,6 +19,7 @@ from e2e.accounts import chart_account_kubeconfig
 from e2e.kubectl import _kubectl, kubectl
 from e2e.operator_process import OperatorProcess, chief_key
 from e2e.util import as_json, wait_for
+from psoperator.api.names import chief_token_secret_name
 from psoperator.kube import Kube
 from psoperator.render import render_children
 
@@ -95,10 +96,11 @@ def test_the_operator_logs_no_environment_value_and_no_pod_spec(
     job = psjobs.get(k8s, namespace, "ctr")
     assert job is not None
     token = chief_key().token(job["metadata"]["uid"])
-    secret = as_json(k8s, client.CoreV1Api(k8s).read_namespaced_secret("ctr-chief-token", namespace))
+    name = chief_token_secret_name("ctr", job["metadata"]["uid"])
+    secret = as_json(k8s, client.CoreV1Api(k8s).read_namespaced_secret(name, namespace))
     assert base64.b64decode(secret["data"]["token"]).decode() == token
     assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"] and secret["immutable"]
-    assert token not in log and "Secret/ctr-chief-token" in log
+    assert token not in log and f"Secret/{name}" in log
 
 
 def _peer_policy(job: Obj) -> Obj:

@@ -35,6 +35,7 @@ from e2e.real.commands import get_from_node, in_node_network, on_node, port_forw
 from e2e.real.conftest import Figures
 from e2e.util import as_json, wait_for
 from psoperator.api.models import ModelHints
+from psoperator.api.names import CHIEF_TOKEN_VOLUME
 from psoperator.contract import DEFAULT_PROGRESS_PORT, PROGRESS_PATH
 from psoperator.sizing.planner import plan_ps
 
@@ -73,9 +74,11 @@ def progress_url(pod: Obj) -> str:
 
 
 def chief_token(api: client.ApiClient, pod: Obj) -> str:
-    """The token a chief pod's progress port wants: in the Secret the operator made for its job."""
-    job, namespace = pod["metadata"]["labels"][psjobs.LABEL_JOB], pod["metadata"]["namespace"]
-    secret = as_json(api, client.CoreV1Api(api).read_namespaced_secret(f"{job}-chief-token", namespace))
+    """The token a chief pod's progress port wants: in the Secret the operator made for its job,
+    which the pod mounts."""
+    volumes = pod["spec"]["volumes"]
+    name = next(v["secret"]["secretName"] for v in volumes if v["name"] == CHIEF_TOKEN_VOLUME)
+    secret = as_json(api, client.CoreV1Api(api).read_namespaced_secret(name, pod["metadata"]["namespace"]))
     return base64.b64decode(secret["data"]["token"]).decode()
 
 
