@@ -17,8 +17,7 @@ from kubernetes import client
 
 from e2e.kubectl import kubectl
 from e2e.real.conftest import Figures
-from e2e.real.objectstore import Store
-from e2e.real.test_object_storage import apply_on_s3
+from e2e.real.objectstore import Store, apply_on_s3
 from e2e.real.test_training import CHECKPOINT_STEPS, STEPS, apply_example, chief_pods, wait_succeeded
 
 Obj = dict[str, Any]
@@ -41,7 +40,7 @@ def test_save_and_restore_times_on_the_bucket_and_on_a_volume(
     and on the hostPath volume that stands in for a ReadWriteMany claim, one after the other."""
     for storage in ("s3", "volume"):
         if storage == "s3":
-            name = apply_on_s3(kubeconfig, namespace, store, f"{namespace}/timed")
+            name = apply_on_s3(kubeconfig, namespace, store, f"{namespace}/timed", STEPS)
         else:
             name = apply_example(kubeconfig, namespace)
         wait_succeeded(k8s, namespace, name)

@@ -4,6 +4,7 @@ namespace, with one identity and the tests' bucket created at start. Its data is
 store lives as long as its pod.
 
     install(kubeconfig) -> Store     the image built and loaded, the Deployment Available, the bucket made
+    apply_on_s3(...)                 the example job with its checkpoints in the bucket
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from e2e.kubectl import kubectl
+from e2e.real import example
 from e2e.real.commands import BUILD_IMAGES, load, run
 from e2e.util import wait_for
 
@@ -29,6 +31,7 @@ BUCKET = "ctr-checkpoints"
 # The store's only identity: test credentials of this cluster's own store, nothing real.
 ACCESS_KEY = "psoperator-e2e"
 SECRET_KEY = "e2e-secret-of-the-in-cluster-store"
+SECRET = "ctr-s3"  # a job's Secret of its credentials
 Obj = dict[str, Any]
 
 
@@ -52,6 +55,31 @@ class Store:
                 "credentialsSecret": {"name": secret},
             },
         }
+
+
+def apply_on_s3(
+    kubeconfig: Path,
+    namespace: str,
+    store: Store,
+    run: str,
+    steps: int,
+    bucket: str | None = None,
+    secret_key: str = SECRET_KEY,
+    args: tuple[str, ...] = (),
+    evaluator: bool = True,
+) -> str:
+    """Apply the example job (its claim left out) with its checkpoints in s3://<bucket>/<run>, and the
+    Secret it names; `args` added to its chief's. Its name."""
+    job = next(d for d in example.example_manifests(steps) if d["kind"] == "PSTrainingJob")
+    spec = job["spec"]
+    if not evaluator:
+        del spec["evaluator"]
+    spec["checkpoint"] = {**store.checkpoint(run, SECRET, bucket), "intervalSteps": example.CHECKPOINT_STEPS}
+    chief = spec["chief"]["template"]["spec"]["containers"][0]
+    chief["args"] = [*chief["args"], *args]
+    docs = [store.secret(SECRET, secret_key), job]
+    kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
+    return str(job["metadata"]["name"])
 
 
 def _restricted() -> Obj:

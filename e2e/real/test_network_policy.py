@@ -180,12 +180,23 @@ def _sets(rules: list[str]) -> set[str]:
     return set(re.findall(r"--match-set (\S+)", "\n".join(rules)))
 
 
-def _apply(kubeconfig: Path, namespace: str, steps: int) -> tuple[str, int]:
-    """The example, applied; its name and gRPC port."""
-    docs = example.manifests(namespace, steps)
+def _training(kubeconfig: Path, k8s: client.ApiClient, enforcer: Enforcer, namespace: str) -> tuple[str, int]:
+    """The example, applied, once the operator reads its chief's progress (from its own namespace:
+    status.step advances) and the job's policies are on the nodes; its name and gRPC port."""
+    docs = example.manifests(namespace, LONG)
     kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
     job = next(d for d in docs if d["kind"] == "PSTrainingJob")
-    return str(job["metadata"]["name"]), int(job["spec"]["port"])
+    name = str(job["metadata"]["name"])
+    wait_for(
+        lambda: (psjobs.status(k8s, namespace, name).get("step") or 0) > 0,
+        timeout=300,
+        interval=1,
+        message=lambda: f"status.step read by the operator; {psjobs.status(k8s, namespace, name)}",
+    )
+    wait_for(
+        lambda: enforcer.enforces(namespace, name), timeout=60, message="the job's policies on the nodes"
+    )
+    return name, int(job["spec"]["port"])
 
 
 def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_the_rules_go_with_the_job(
@@ -197,25 +208,13 @@ def test_another_namespace_is_refused_until_the_policies_are_switched_off_and_th
     outsider: tuple[str, str],
     figures: Figures,
 ) -> None:
-    name, grpc = _apply(kubeconfig, namespace, LONG)
-    # The operator, in its own namespace, reads the chief's progress: the step advances.
-    wait_for(
-        lambda: (psjobs.status(k8s, namespace, name).get("step") or 0) > 0,
-        timeout=300,
-        interval=1,
-        message=lambda: f"status.step read by the operator; {psjobs.status(k8s, namespace, name)}",
-    )
+    name, grpc = _training(kubeconfig, k8s, enforcer, namespace)
     ps_ip = psjobs.running_pod(k8s, namespace, name, "ps", 0)["status"]["podIP"]
     chief_ip = psjobs.running_pod(k8s, namespace, name, "chief")["status"]["podIP"]
     worker_pod = psjobs.running_pod(k8s, namespace, name, "worker", 0)["metadata"]["name"]
     worker = Pod(kubeconfig, namespace, worker_pod, "trainer")
     operator = Pod(kubeconfig, release, operator_pod(k8s, release)["metadata"]["name"], "operator")
     other = Pod(kubeconfig, *outsider, "probe")
-    wait_for(
-        lambda: enforcer.enforces(namespace, name),
-        timeout=60,
-        message="the job's policies on the nodes",
-    )
 
     assert worker.connects(ps_ip, grpc)
     assert not other.connects(ps_ip, grpc)
@@ -272,20 +271,11 @@ def test_a_hostile_tenant_gets_nothing_of_a_running_jobs_chief_nor_its_grpc_port
     impostor: tuple[str, str],
     figures: Figures,
 ) -> None:
-    name, grpc = _apply(kubeconfig, namespace, LONG)
-    wait_for(
-        lambda: (psjobs.status(k8s, namespace, name).get("step") or 0) > 0,
-        timeout=300,
-        interval=1,
-        message=lambda: f"status.step read by the operator; {psjobs.status(k8s, namespace, name)}",
-    )
+    name, grpc = _training(kubeconfig, k8s, enforcer, namespace)
     chief = psjobs.running_pod(k8s, namespace, name, "chief")
     chief_ip, chief_node = chief["status"]["podIP"], chief["spec"]["nodeName"]
     ps_ip = psjobs.running_pod(k8s, namespace, name, "ps", 0)["status"]["podIP"]
     worker_pod = psjobs.running_pod(k8s, namespace, name, "worker", 0)["metadata"]["name"]
-    wait_for(
-        lambda: enforcer.enforces(namespace, name), timeout=60, message="the job's policies on the nodes"
-    )
 
     guessed = {"Authorization": f"Bearer {secrets.token_hex(32)}"}
     hold = "/checkpoint?holdSeconds=3600&deadlineSeconds=5"

@@ -1,11 +1,11 @@
 """Checkpoints in a bucket, on real kubelets: the example job with spec.checkpoint.dir s3://..., the
 store SeaweedFS's S3 gateway in the cluster (e2e/real/objectstore.py), its credentials a Secret that
-the operator hands to the roles that touch the bucket.
+the operator hands to the roles that touch the bucket. A suspend (test_planned_stops.py) and a
+resize (test_resize.py) run on the bucket too.
 
 - it trains to Succeeded; a SIGKILLed parameter server resumes the job from the bucket's latest
   checkpoint, which status.checkpoint names; deleting the job leaves the checkpoints in the bucket,
   and a second job with the same dir starts from them (a warm start);
-- a suspend and a resize from 2 to 3 parameter servers lose no step;
 - a bucket that does not exist, or a wrong secret: the chief exits with the configuration code and
   the job fails saying which bucket and what the store answered.
 """
@@ -17,21 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from e2e import psjobs
 from e2e.kubectl import kubectl
-from e2e.real import example, objectstore
+from e2e.real import objectstore
 from e2e.real.conftest import Figures
-from e2e.real.objectstore import Store
+from e2e.real.objectstore import Store, apply_on_s3
 from e2e.real.test_planned_stops import events
 from e2e.real.test_training import (
     CHECKPOINT_STEPS,
     STEPS,
-    LastStep,
     chief_pods,
-    progress,
     restarted_in_place,
     running_chief,
     sigkill,
@@ -39,33 +36,14 @@ from e2e.real.test_training import (
 )
 from e2e.util import wait_for
 
-SECRET = "ctr-s3"
 Obj = dict[str, Any]
-
-
-def apply_on_s3(
-    kubeconfig: Path,
-    namespace: str,
-    store: Store,
-    run: str,
-    steps: int = STEPS,
-    bucket: str | None = None,
-    secret_key: str = objectstore.SECRET_KEY,
-) -> str:
-    """The example job (its claim left out) with its checkpoints in s3://<bucket>/<run>, and the
-    Secret it names."""
-    job = next(d for d in example.example_manifests(steps) if d["kind"] == "PSTrainingJob")
-    job["spec"]["checkpoint"] = {**store.checkpoint(run, SECRET, bucket), "intervalSteps": CHECKPOINT_STEPS}
-    secret = store.secret(SECRET, secret_key)
-    kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all([secret, job]))
-    return str(job["metadata"]["name"])
 
 
 def test_a_job_checkpoints_to_the_bucket_resumes_from_it_and_leaves_it_for_the_next(
     kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, store: Store, figures: Figures
 ) -> None:
     run = f"{namespace}/ctr"
-    name = apply_on_s3(kubeconfig, namespace, store, run)
+    name = apply_on_s3(kubeconfig, namespace, store, run, STEPS)
     old_chief, report = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
     assert str(report.get("checkpointPath", "")).startswith(f"s3://{store.bucket}/{run}/ckpt-"), report
     ps0 = next(p for p in psjobs.pods(k8s, namespace, name, "ps") if p["metadata"]["name"].endswith("-0"))
@@ -101,55 +79,6 @@ def test_a_job_checkpoints_to_the_bucket_resumes_from_it_and_leaves_it_for_the_n
     assert (warm["resumedFromStep"], warm["step"]) == (STEPS, more), warm
 
 
-def next_chief(api: client.ApiClient, namespace: str, name: str, before: Obj) -> Obj:
-    """The report of the chief that follows `before`, once it has restored its checkpoint."""
-
-    def resumed() -> Obj | None:
-        for pod in psjobs.live_pods(api, namespace, name, "chief"):
-            if pod["metadata"]["uid"] != before["metadata"]["uid"] and pod["status"].get("podIP"):
-                try:
-                    report = progress(api, pod)
-                except OSError:  # not serving yet
-                    continue
-                if report.get("resumedFromStep") is not None:
-                    return report
-        return None
-
-    found: Obj = wait_for(resumed, timeout=300, interval=0.5, message="the next chief resumed")
-    return found
-
-
-def test_a_suspend_and_a_resize_on_the_bucket_lose_no_step(
-    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, store: Store, figures: Figures
-) -> None:
-    steps = STEPS * 2  # long enough to be stopped twice before it ends
-    name = apply_on_s3(kubeconfig, namespace, store, f"{namespace}/ctr", steps=steps)
-    chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
-    last = LastStep(k8s, chief)
-    psjobs.patch_spec(k8s, namespace, name, {"runPolicy": {"suspend": True}})
-    psjobs.wait_phase(k8s, namespace, name, "Suspended", timeout=120)
-    wait_for(lambda: not psjobs.live_pods(k8s, namespace, name, "chief"), timeout=120, message="chief gone")
-    stopped_at = last.stop()
-    stop = psjobs.status(k8s, namespace, name)["lastPlannedStop"]
-    psjobs.patch_spec(k8s, namespace, name, {"runPolicy": {"suspend": False}})
-    report = next_chief(k8s, namespace, name, chief)
-    figures.record("s3: suspend, steps lost", str(stopped_at - report["resumedFromStep"]))
-    assert report["resumedFromStep"] == stop["checkpointStep"] == stopped_at, (stop, report)
-
-    chief = psjobs.live_pods(k8s, namespace, name, "chief")[0]
-    last = LastStep(k8s, chief)
-    spec = psjobs.get(k8s, namespace, name)["spec"]  # type: ignore[index]
-    psjobs.patch_spec(k8s, namespace, name, {"ps": {**spec["ps"], "replicas": 3}})
-    report = next_chief(k8s, namespace, name, chief)
-    stopped_at = last.stop()
-    status = psjobs.status(k8s, namespace, name)
-    figures.record("s3: resize 2 → 3 PS, steps lost", str(stopped_at - report["resumedFromStep"]))
-    assert status["lastPlannedStop"]["cause"] == "Resize" and status["shape"]["ps"] == 3, status
-    assert report["resumedFromStep"] == status["lastPlannedStop"]["checkpointStep"] == stopped_at, status
-    final = wait_succeeded(k8s, namespace, name)
-    assert final["step"] == steps and final.get("countedRestarts", 0) == 0, final
-
-
 @pytest.mark.parametrize(
     ("bucket", "secret_key", "said"),
     [
@@ -168,7 +97,8 @@ def test_storage_that_is_not_there_fails_the_job_saying_why(
     secret_key: str,
     said: str,
 ) -> None:
-    name = apply_on_s3(kubeconfig, namespace, store, f"{namespace}/bad", bucket=bucket, secret_key=secret_key)
+    run = f"{namespace}/bad"
+    name = apply_on_s3(kubeconfig, namespace, store, run, STEPS, bucket=bucket, secret_key=secret_key)
     psjobs.wait_phase(k8s, namespace, name, "Failed", timeout=300)
     status = psjobs.status(k8s, namespace, name)
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")

@@ -1,6 +1,7 @@
-"""Planned stops cost no step, on real kubelets: before a suspend, and when a parameter server is
-evicted (what `kubectl drain` does to each pod, through the eviction API), the operator asks the
-running chief for a checkpoint (POST /checkpoint) and the next chief resumes from it.
+"""Planned stops cost no step, on real kubelets: before a suspend (checkpoints in a bucket: the
+in-cluster S3 store of objectstore.py), and when a parameter server is evicted (what `kubectl
+drain` does to each pod, through the eviction API), the operator asks the running chief for a
+checkpoint (POST /checkpoint) and the next chief resumes from it.
 
 Steps lost: the last step the stopped chief reported (read from its progress port until it stops
 answering) minus the step the next chief resumed from. Each test prints it with how long the stop
@@ -17,6 +18,7 @@ from kubernetes import client
 
 from e2e import psjobs
 from e2e.real.conftest import Figures
+from e2e.real.objectstore import Store, apply_on_s3
 from e2e.real.test_training import (
     CHECKPOINT_STEPS,
     LONGER_STEPS,
@@ -46,9 +48,12 @@ def training(kubeconfig: Path, k8s: client.ApiClient, namespace: str) -> tuple[s
 
 
 def test_a_suspend_checkpoints_first_and_the_resumed_job_loses_no_step(
-    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, figures: Figures
+    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, store: Store, figures: Figures
 ) -> None:
-    name, _, last = training(kubeconfig, k8s, namespace)
+    """On the bucket: the checkpoint asked before the stop is written to s3, and read back from it."""
+    name = apply_on_s3(kubeconfig, namespace, store, f"{namespace}/ctr", LONGER_STEPS)
+    chief, _ = running_chief(k8s, namespace, name, min_step=CHECKPOINT_STEPS + 20)
+    last = LastStep(k8s, chief)
     asked = time.monotonic()
     psjobs.patch_spec(k8s, namespace, name, {"runPolicy": {"suspend": True}})
     psjobs.wait_phase(k8s, namespace, name, "Suspended", timeout=120)
@@ -69,6 +74,7 @@ def test_a_suspend_checkpoints_first_and_the_resumed_job_loses_no_step(
     assert resumed == stop["checkpointStep"] and final.get("countedRestarts", 0) == 0, final
     figures.record("suspend: steps lost (last step reported minus resumed from)", str(stopped_at - resumed))
     assert stopped_at - resumed == 0, (stopped_at, final)
+    assert final["checkpoint"]["path"].startswith(f"s3://{store.bucket}/{namespace}/ctr/"), final
 
 
 def test_an_evicted_parameter_server_is_checkpointed_for_and_its_restart_loses_no_step(

@@ -1,6 +1,7 @@
 """Live resize on real kubelets: one training job resized twice while it trains, every direction
 once (2 → 3 PS with 2 → 4 workers, then 3 → 2 PS with 4 → 1 worker), with its embedding
-partitioned one shard per parameter server, so a PS resize reshards the checkpoint. Each resize: a
+partitioned one shard per parameter server, so a PS resize reshards the checkpoint (in a bucket:
+the in-cluster S3 store of objectstore.py). Each resize: a
 checkpoint, then a restart with the new shape that counts nothing; the new chief resumes from the
 resize's checkpoint and its loss goes on from where it was. Prints, per resize, request → training
 again, steps lost and the loss before and after (see the table at the end of the run).
@@ -13,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from e2e import psjobs
-from e2e.kubectl import kubectl
-from e2e.real import example
 from e2e.real.conftest import Figures
+from e2e.real.objectstore import Store, apply_on_s3
 from e2e.real.test_training import CHECKPOINT_STEPS, TRAIN_TIMEOUT, LastStep, progress, wait_succeeded
 from e2e.util import wait_for
 
@@ -30,15 +29,11 @@ RESIZES = [(3, 4), (2, 1)]
 Obj = dict[str, Any]
 
 
-def apply_resharding_example(kubeconfig: Path, namespace: str) -> str:
-    """The example job, its embedding in one shard per parameter server (`--partitioner=fixed`)."""
-    docs = example.manifests(namespace, STEPS, None, CHECKPOINT_STEPS)
-    job = next(d for d in docs if d["kind"] == "PSTrainingJob")
-    chief = job["spec"]["chief"]["template"]["spec"]["containers"][0]
-    chief["args"] = [*chief["args"], "--partitioner=fixed"]
-    del job["spec"]["evaluator"]  # two cores: the evaluator would only slow the resizes down
-    kubectl(kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs))
-    return str(job["metadata"]["name"])
+def apply_resharding_example(kubeconfig: Path, namespace: str, store: Store) -> str:
+    """The example job, its embedding in one shard per parameter server (`--partitioner=fixed`), its
+    checkpoints in the bucket; without its evaluator (two cores: it would only slow the resizes)."""
+    run, args = f"{namespace}/ctr", ("--partitioner=fixed",)
+    return apply_on_s3(kubeconfig, namespace, store, run, STEPS, args=args, evaluator=False)
 
 
 def chief_of(
@@ -67,9 +62,9 @@ def chief_of(
 
 @pytest.mark.timeout(1200)
 def test_a_training_job_is_resized_up_and_down_losing_no_step(
-    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, figures: Figures
+    kubeconfig: Path, k8s: client.ApiClient, namespace: str, release: str, store: Store, figures: Figures
 ) -> None:
-    name = apply_resharding_example(kubeconfig, namespace)
+    name = apply_resharding_example(kubeconfig, namespace, store)
     _, first = chief_of(k8s, namespace, name, 0, 20)
     initial_loss = first["loss"]
     chief, report = chief_of(k8s, namespace, name, 0, CHECKPOINT_STEPS + 20)
