@@ -151,12 +151,12 @@ def test_chief_success_finishes_and_stops_the_other_roles() -> None:
     assert plan.render is not None and plan.render.stopped
     assert _conditions(plan.status)["Succeeded"] == ("True", "ChiefCompleted")
     # The parameter servers go at once: the chief that needed them is gone.
-    assert plan.delete_pods == [PodDeletion(f"ctr-ps-{i}", f"ctr-ps-{i}-uid", 1) for i in (0, 1)]
+    assert plan.delete_pods == [PodDeletion(f"ctr-ps-{i}", f"ctr-ps-{i}-uid", 1, first=True) for i in (0, 1)]
     stopping = [_completed_chief(), pod("ps", 0, deleting=True), *BASE[2:]]
     later = plan_reconcile(
         {**job(), "status": plan.status}, observed(stopping, chief_job(complete=True)), None, NOW
     )
-    assert later.delete_pods == [PodDeletion("ctr-ps-1", "ctr-ps-1-uid", 1)]
+    assert later.delete_pods == [PodDeletion("ctr-ps-1", "ctr-ps-1-uid", 1, first=True)]
 
 
 def test_clean_pod_policy_none_keeps_pods() -> None:

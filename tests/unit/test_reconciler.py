@@ -188,17 +188,20 @@ def test_a_restarts_old_chief_job_and_pod_deletions_go_out_at_once() -> None:
 
 def test_a_statefulsets_new_template_is_in_place_before_its_pods_are_deleted() -> None:
     """A resize patches the PS StatefulSet (OnDelete) and restarts its pods: a pod deleted before
-    the patch is made again by the StatefulSet controller from the old template."""
+    the patch is made again by the StatefulSet controller from the old template. A stop's drain cut
+    comes before the scale-down: the kubelet holds to the grace of the first deletion."""
+    deletions = [PodDeletion("ctr-ps-0", "uid-ps-0", 5), PodDeletion("ctr-ps-1", "uid-ps-1", 1, first=True)]
     kube = RecordingKube()
     state = OperatorState(kube, Metrics())
     job = builders.job() | {"metadata": {**builders.job()["metadata"], "resourceVersion": "7"}}
     ps = next(c for c in render_children(job) if c["kind"] == "StatefulSet")
-    plan = ReconcilePlan(status={}, render=None, delete_pods=[PodDeletion("ctr-ps-0", "uid-ps-0", 5)])
+    plan = ReconcilePlan(status={}, render=None, delete_pods=deletions)
     decision = reconciler.Decision(plan, None, [ChildChange(ps, ChildVerb.PATCH)], [], datetime.now(UTC))
     log = logging.getLogger("test")
     asyncio.run(reconciler.act(state, JobState(log), Snapshot(job, [], []), decision, log))
     paths = [path for _, path in kube.calls]
     patched = paths.index("/apis/apps/v1/namespaces/team-a/statefulsets/ctr-ps")
+    assert paths.index("/api/v1/namespaces/team-a/pods/ctr-ps-1") < patched
     assert patched < paths.index("/api/v1/namespaces/team-a/pods/ctr-ps-0")
 
 

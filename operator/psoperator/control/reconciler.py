@@ -68,7 +68,7 @@ from psoperator.observe.cache import JobKey, Snapshot
 from psoperator.observe.failures import unexplained
 from psoperator.observe.views import Observed, PodView, build_observed, owned_by, parse_pod
 from psoperator.plan.children import ChildChange, children_fingerprint, plan_children, with_chief_token
-from psoperator.plan.draft import ReconcilePlan
+from psoperator.plan.draft import PodDeletion, ReconcilePlan
 from psoperator.plan.stages import plan_reconcile
 from psoperator.policies import node_lost
 from psoperator.policies.queueing import WorkloadPatch
@@ -396,13 +396,17 @@ async def act(
         await in_thread(state.kube.delete_job, namespace, name, uid)
         return True
     children = change_children(state, job_state, job, decision, logger)
+    # A stopping job's drain cuts first (PodDeletion.first): a pod they delete keeps its name until
+    # it is gone, so its StatefulSet, scaled down right after, makes no new one.
+    await delete_pods(state, namespace, [d for d in plan.delete_pods if d.first])
+    later = [d for d in plan.delete_pods if not d.first]
     if any(change.manifest["kind"] == "StatefulSet" for change in decision.changes):
         # The children first: a StatefulSet's scale-down (a stop) or new template (a resize;
         # OnDelete) is in place before its pods go, or its controller makes them again as they were.
         await children
-        await delete_pods(state, namespace, plan)
+        await delete_pods(state, namespace, later)
     else:  # a restart's old chief Job goes with its pods: one round trip to the API server, not two
-        await asyncio.gather(children, delete_pods(state, namespace, plan))
+        await asyncio.gather(children, delete_pods(state, namespace, later))
     return bool(patch)
 
 
@@ -421,9 +425,9 @@ async def change_children(
         logger.info("created %s, deleted %s", result.created, result.deleted)
 
 
-async def delete_pods(state: OperatorState, namespace: str, plan: ReconcilePlan) -> None:
+async def delete_pods(state: OperatorState, namespace: str, deletions: list[PodDeletion]) -> None:
     """At once: a restart stops the old chief and every PS that served it (49 of them in a big job)."""
-    await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in plan.delete_pods))
+    await asyncio.gather(*(in_thread(state.kube.delete_pod, namespace, d) for d in deletions))
 
 
 async def write_workload_status(state: OperatorState, namespace: str, patch: WorkloadPatch) -> None:

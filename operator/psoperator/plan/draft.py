@@ -58,6 +58,10 @@ class PodDeletion:
     uid: str
     grace_seconds: int | None  # None: the pod's own terminationGracePeriodSeconds
     orphan_of: tuple[str, str] | None = None
+    # Deleted before the children change: a cut of a stopping pod's drain must come before a
+    # StatefulSet's scale-down deletes it with its own grace, since a kubelet does not shorten a
+    # stop already under way.
+    first: bool = False
 
 
 @dataclass(kw_only=True)
@@ -199,9 +203,10 @@ class Draft(Actions):
             self.end_ps_drain()
 
     def end_ps_drain(self) -> None:
-        """The parameter servers go in a second, not serving out their drain: nothing needs them."""
+        """The parameter servers go in a second, not serving out their drain: nothing needs them.
+        Deleted before the StatefulSet is scaled down (PodDeletion.first)."""
         self.delete_pods += [
-            PodDeletion(p.name, p.uid, RECYCLED_PS_GRACE_SECONDS)
+            PodDeletion(p.name, p.uid, RECYCLED_PS_GRACE_SECONDS, first=True)
             for p in self.observed.role_pods(Role.PS)
             if not stops_within_recycled_grace(p)
         ]
